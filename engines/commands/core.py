@@ -1,0 +1,138 @@
+"""``engines db``, ``engines corpus`` and ``engines bench``: the foundation commands."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import sqlalchemy as sa
+import typer
+from rich.table import Table
+
+from engines.commands.common import get_db, info, out_console, progress_counter
+from store import db as dbmod
+from store.benchmarks import load_benchmark_file, load_shipped
+from store.corpus import load_corpus
+from store.errors import InputError
+from store.models import Benchmark, Corpus, Query, Subset, SubsetMember
+
+db_app = typer.Typer(help="Schema migrations of the cache database.", no_args_is_help=True)
+corpus_app = typer.Typer(help="Load and list corpora (declaration sets).", no_args_is_help=True)
+bench_app = typer.Typer(help="Load and list benchmarks and subsets.", no_args_is_help=True)
+
+
+@db_app.command("upgrade")
+def db_upgrade(ctx: typer.Context) -> None:
+    """Apply pending migrations (also done automatically on first use)."""
+    engine = dbmod.create_db_engine(ctx.find_root().obj.get("db_url"))
+    try:
+        before, after = dbmod.upgrade(engine)
+    finally:
+        engine.dispose()
+    if before == after:
+        info(f"database {dbmod.redact_url(str(engine.url))} already at revision {after}")
+    else:
+        info(f"database {dbmod.redact_url(str(engine.url))} upgraded {before or '(empty)'} -> {after}")
+
+
+@db_app.command("current")
+def db_current(ctx: typer.Context) -> None:
+    """Show the database's schema revision and the code's head revision."""
+    engine = dbmod.create_db_engine(ctx.find_root().obj.get("db_url"))
+    try:
+        dbmod._check_reachable(engine)
+        rev = dbmod.current_revision(engine)
+    finally:
+        engine.dispose()
+    head = dbmod.head_revision()
+    state = "up to date" if rev == head else ("empty" if rev is None else f"head is {head}")
+    typer.echo(f"{rev or '(none)'} ({state})")
+
+
+@corpus_app.command("load")
+def corpus_load(
+    ctx: typer.Context,
+    src: str = typer.Argument(..., help="A .jsonl / .jsonl.gz file, or hf://OWNER/DATASET@REVISION[/FILE]."),
+    name: str = typer.Option(..., "--name", "-n", help="Corpus name, e.g. mathlib-4280."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Revision label (hf:// sources carry their own)."),
+) -> None:
+    """Load a corpus in the LeanSearch v2 schema (one transaction, streamed)."""
+    db = get_db(ctx)
+    t0 = time.perf_counter()
+    with progress_counter(f"loading {name}") as update:
+        res = load_corpus(db, src, name=name, revision=revision, progress=update)
+    dt = time.perf_counter() - t0
+    if not res.created:
+        info(f"corpus {res.name}@{res.revision} already loaded from this file (sha256 {res.sha256[:12]}); nothing to do")
+        return
+    kinds = ", ".join(f"{k or '(none)'} {v:,}" for k, v in list(res.meta.get("kinds", {}).items())[:8])
+    info(
+        f"loaded corpus {res.name}@{res.revision}: {res.rows:,} rows in {dt:.1f}s "
+        f"({res.rows / dt:,.0f} rows/s), sha256 {res.sha256[:12]}, "
+        f"{res.meta.get('duplicate_names', 0)} duplicated names; kinds: {kinds}"
+    )
+
+
+@corpus_app.command("list")
+def corpus_list(ctx: typer.Context) -> None:
+    """List loaded corpora."""
+    db = get_db(ctx)
+    table = Table("name", "revision", "rows", "sha256", "source", "loaded at")
+    with db.session() as s:
+        for c in s.execute(sa.select(Corpus).order_by(Corpus.id)).scalars():
+            table.add_row(c.name, c.revision, f"{c.row_count:,}", c.sha256[:12], c.source, f"{c.loaded_at:%Y-%m-%d %H:%M}")
+    out_console.print(table)
+
+
+@bench_app.command("load")
+def bench_load(
+    ctx: typer.Context,
+    src: list[Path] = typer.Argument(None, help="Benchmark files (MathlibQR.json, MathlibMPR.json, subsets)."),
+    shipped: bool = typer.Option(False, "--shipped", help="Load every benchmark file shipped with the package."),
+    name: Optional[str] = typer.Option(None, "--name", help="Name to load under (default: the canonical name)."),
+    allow_modified: bool = typer.Option(
+        False, "--allow-modified", help="Accept a file whose sha256 differs from the published one (hash recorded)."
+    ),
+) -> None:
+    """Load benchmark files; known files are verified by sha256."""
+    if not src and not shipped:
+        raise InputError("nothing to load: pass benchmark files or --shipped")
+    if name and len(src or []) > 1:
+        raise InputError("--name applies to a single file; load files one at a time to name them")
+    db = get_db(ctx)
+    results = load_shipped(db) if shipped else []
+    for path in src or []:
+        results.append(load_benchmark_file(db, path, name=name, allow_modified=allow_modified))
+    for res in results:
+        what = ", ".join(res.names)
+        state = "loaded" if res.created else "already loaded"
+        flag = " (MODIFIED: hash recorded)" if res.modified else ""
+        counts = ", ".join(f"{k} {v}" for k, v in res.counts.items())
+        info(f"{state} {res.kind} {what} [sha256 {res.sha256[:12]}]{flag}: {counts}")
+
+
+@bench_app.command("list")
+def bench_list(ctx: typer.Context) -> None:
+    """List benchmarks and subsets."""
+    db = get_db(ctx)
+    table = Table("benchmark", "task", "queries", "primary", "sha256", "modified")
+    subsets = Table("subset", "members", "kind", "sha256")
+    with db.session() as s:
+        for b in s.execute(sa.select(Benchmark).order_by(Benchmark.name)).scalars():
+            n = s.scalar(sa.select(sa.func.count()).select_from(Query).where(Query.benchmark_id == b.id))
+            p = s.scalar(
+                sa.select(sa.func.count()).select_from(Query).where(Query.benchmark_id == b.id, Query.primary.is_(True))
+            )
+            table.add_row(b.name, b.task, str(n), str(p), b.sha256[:12], "yes" if b.modified else "")
+        for sub in s.execute(sa.select(Subset).order_by(Subset.name)).scalars():
+            m = s.scalar(sa.select(sa.func.count()).select_from(SubsetMember).where(SubsetMember.subset_id == sub.id))
+            subsets.add_row(sub.name, str(m), sub.member_kind, sub.sha256[:12])
+    out_console.print(table)
+    out_console.print(subsets)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(db_app, name="db")
+    app.add_typer(corpus_app, name="corpus")
+    app.add_typer(bench_app, name="bench")

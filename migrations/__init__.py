@@ -1,0 +1,1 @@
+"""Alembic environment and versions: one portable migration tree for SQLite and PostgreSQL."""

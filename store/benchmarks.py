@@ -1,0 +1,316 @@
+"""Benchmark loading: MathlibQR, MathlibMPR, the shared171 subset file and id lists.
+
+Formats are recognised by content, files are verified by sha256 against
+``benchmarks.KNOWN_FILES``, and each load is one transaction.
+
+- MathlibQR: one query per non-empty style field, id ``<target id>_<style field>``,
+  one gold unit (the target's full_name), style/kind/difficulty kept.
+- MathlibMPR: one query per item and style; ``NL_main_result`` is the primary
+  (default-scored) style, ``formal_statement`` a second style; one gold unit per
+  premise group with its kind (original/alternative).
+- MathlibQR_shared171.json: named gold-name subsets (shared171, missing_in_*).
+- MathlibMPR_Prop_ids.txt: a named target-id subset (mathlibmpr-prop).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from benchmarks import KNOWN_FILES, SHIPPED_FILES, shipped_path
+from store.db import Database
+from store.errors import InputError
+from store.models import Benchmark, GoldName, GoldUnit, Query, Subset, SubsetMember
+
+QR_STYLES = ("q1a_lean", "q1b_latex", "q1c_natural", "q2_slogan", "q3_nickname", "q4_special_case")
+MPR_STYLES = ("NL_main_result", "formal_statement")  # the first is the primary style
+SUBSET_LISTS = {
+    "shared_declarations": "shared171",
+    "missing_in_4160": "missing_in_4160",
+    "missing_in_4280": "missing_in_4280",
+    "missing_in_LE": "missing_in_LE",
+}
+
+
+@dataclass
+class BenchLoadResult:
+    kind: str  # "benchmark" | "subset"
+    names: list[str]
+    sha256: str
+    created: bool
+    modified: bool
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def query_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _detect(data: Any, is_text: bool) -> str:
+    if is_text:
+        return "id-list"
+    if isinstance(data, dict) and "shared_declarations" in data:
+        return "shared171"
+    if isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
+        if all("premise_group" in x for x in data):
+            return "mathlibmpr"
+        if all("full_name" in x and any(s in x for s in QR_STYLES) for x in data):
+            return "mathlibqr"
+    return "unknown"
+
+
+def _read(path: Path) -> tuple[bytes, Any, bool]:
+    if not path.exists():
+        raise InputError(f"benchmark file {path} does not exist")
+    if path.is_dir():
+        raise InputError(f"benchmark source {path} is a directory; pass a .json or .txt file")
+    raw = path.read_bytes()
+    if path.suffix == ".txt":
+        try:
+            return raw, raw.decode("utf-8"), True
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}: not UTF-8 text ({exc})") from None
+    try:
+        return raw, json.loads(raw), False
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 JSON ({exc})") from None
+
+
+def _str_field(obj: dict[str, Any], key: str, where: str, *, required: bool = True) -> str:
+    value = obj.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise InputError(f"{where}: field {key!r} must be a non-empty string, got {json.dumps(value)[:60]}")
+    return value
+
+
+def _qr_queries(data: list[dict[str, Any]], display: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, item in enumerate(data):
+        where = f"{display}: item {i}"
+        tid = _str_field(item, "id", where)
+        full_name = _str_field(item, "full_name", f"{where} ({tid})").strip()
+        if tid in seen:
+            raise InputError(f"{where}: duplicate target id {tid!r}")
+        seen.add(tid)
+        for style in QR_STYLES:
+            text = _str_field(item, style, f"{where} ({tid})", required=False).strip()
+            if not text:
+                continue  # an empty field means the style is absent
+            out.append(
+                {
+                    "qid": f"{tid}_{style}",
+                    "target_id": tid,
+                    "text": text,
+                    "style": style,
+                    "primary": True,
+                    "kind": item.get("kind"),
+                    "difficulty": item.get("difficulty"),
+                    "meta": {"full_name": full_name, "file": item.get("file")},
+                    "units": [("single", [full_name])],
+                }
+            )
+    return out
+
+
+def _mpr_queries(data: list[dict[str, Any]], display: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, item in enumerate(data):
+        where = f"{display}: item {i}"
+        tid = _str_field(item, "id", where)
+        if tid in seen:
+            raise InputError(f"{where}: duplicate item id {tid!r}")
+        seen.add(tid)
+        groups = item.get("premise_group")
+        if not isinstance(groups, list) or not groups:
+            raise InputError(f"{where} ({tid}): 'premise_group' must be a non-empty list")
+        units: list[tuple[str, list[str]]] = []
+        for j, g in enumerate(groups):
+            gw = f"{where} ({tid}) premise_group[{j}]"
+            if not isinstance(g, dict) or g.get("kind") not in ("original", "alternative"):
+                raise InputError(f"{gw}: expected {{'kind': 'original'|'alternative', 'docs': [...]}}")
+            docs = g.get("docs")
+            if not isinstance(docs, list) or not docs or not all(isinstance(d, str) and d.strip() for d in docs):
+                raise InputError(f"{gw}: 'docs' must be a non-empty list of names")
+            units.append((g["kind"], [d.strip() for d in docs]))
+        meta = {"pr": item.get("pr"), "formal_main_result": item.get("formal_main_result")}
+        for style in MPR_STYLES:
+            text = _str_field(item, style, f"{where} ({tid})").strip()
+            out.append(
+                {
+                    "qid": f"{tid}_{style}",
+                    "target_id": tid,
+                    "text": text,
+                    "style": style,
+                    "primary": style == MPR_STYLES[0],
+                    "kind": None,
+                    "difficulty": None,
+                    "meta": meta,
+                    "units": units,
+                }
+            )
+    return out
+
+
+def load_benchmark_file(
+    db: Database, src: str | Path, *, name: str | None = None, allow_modified: bool = False
+) -> BenchLoadResult:
+    """Load one benchmark or subset file; the same file again is a no-op."""
+    path = Path(src).expanduser()
+    raw, data, is_text = _read(path)
+    digest = hashlib.sha256(raw).hexdigest()
+    fmt = _detect(data, is_text)
+    if fmt == "unknown":
+        raise InputError(
+            f"{path}: not a recognised benchmark file (expected MathlibQR.json, MathlibMPR.json, "
+            "MathlibQR_shared171.json or an id list .txt)"
+        )
+    known = KNOWN_FILES.get(digest)
+    modified = known is None or known[1] != fmt
+    if fmt == "id-list" and known is None and name is None:
+        raise InputError(f"{path}: an id list needs --name (it is not one of the shipped files)")
+    canonical = known[0] if known else {"mathlibqr": "mathlibqr", "mathlibmpr": "mathlibmpr", "shared171": "shared171"}.get(fmt, "")
+    if modified and not allow_modified:
+        raise InputError(
+            f"{path}: sha256 {digest[:12]}… does not match the published {canonical or fmt} file; "
+            "pass --allow-modified to load it anyway (its hash is recorded)"
+        )
+    if fmt in ("mathlibqr", "mathlibmpr"):
+        bench_name = name or (canonical if not modified else f"{canonical}-modified-{digest[:8]}")
+        queries = _qr_queries(data, str(path)) if fmt == "mathlibqr" else _mpr_queries(data, str(path))
+        task = "theorem-search" if fmt == "mathlibqr" else "premise-retrieval"
+        return _store_benchmark(db, bench_name, task, path, digest, modified, queries)
+    if fmt == "shared171":
+        lists: dict[str, list[str]] = {}
+        for key, subset_name in SUBSET_LISTS.items():
+            value = data.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+                raise InputError(f"{path}: {key!r} must be a list of names")
+            prefix = f"{name}:" if name else ("" if not modified else f"modified-{digest[:8]}:")
+            lists[prefix + subset_name] = value
+        return _store_subsets(db, lists, "gold_name", path, digest, modified, {"note": data.get("note")})
+    ids = [ln.strip() for ln in data.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    if not ids:
+        raise InputError(f"{path}: no ids in the file (blank and #-comment lines are skipped)")
+    subset_name = name or canonical
+    return _store_subsets(db, {subset_name: ids}, "target_id", path, digest, modified, None)
+
+
+def _store_benchmark(
+    db: Database, name: str, task: str, path: Path, digest: str, modified: bool, queries: list[dict[str, Any]]
+) -> BenchLoadResult:
+    counts = {
+        "targets": len({q["target_id"] for q in queries}),
+        "queries": len(queries),
+        "primary_queries": sum(1 for q in queries if q["primary"]),
+    }
+    with db.session() as s, s.begin():
+        existing = s.execute(sa.select(Benchmark).where(Benchmark.name == name)).scalar_one_or_none()
+        if existing is not None:
+            if existing.sha256 == digest:
+                return BenchLoadResult("benchmark", [name], digest, False, existing.modified, counts)
+            raise InputError(
+                f"benchmark {name!r} is already loaded from a different file (sha256 {existing.sha256[:12]}…); "
+                "pass --name to load this one under another name"
+            )
+        bench = Benchmark(
+            name=name,
+            task=task,
+            source_file=path.name,
+            sha256=digest,
+            modified=modified,
+            meta=counts,
+        )
+        s.add(bench)
+        for q in queries:
+            query = Query(
+                qid=q["qid"],
+                target_id=q["target_id"],
+                text=q["text"],
+                query_sha256=query_sha256(q["text"]),
+                style=q["style"],
+                primary=q["primary"],
+                kind=q["kind"],
+                difficulty=q["difficulty"],
+                meta=q["meta"],
+            )
+            for ordinal, (kind, names) in enumerate(q["units"]):
+                unit = GoldUnit(ordinal=ordinal, kind=kind)
+                unit.names = [GoldName(name=n) for n in names]
+                query.gold_units.append(unit)
+            bench.queries.append(query)
+    counts["gold_units"] = sum(len(q["units"]) for q in queries if q["primary"])
+    return BenchLoadResult("benchmark", [name], digest, True, modified, counts)
+
+
+def _store_subsets(
+    db: Database,
+    lists: dict[str, list[str]],
+    member_kind: str,
+    path: Path,
+    digest: str,
+    modified: bool,
+    meta: dict[str, Any] | None,
+) -> BenchLoadResult:
+    counts = {n: len(set(v)) for n, v in lists.items()}
+    created = False
+    with db.session() as s, s.begin():
+        for subset_name, members in lists.items():
+            existing = s.execute(sa.select(Subset).where(Subset.name == subset_name)).scalar_one_or_none()
+            if existing is not None:
+                if existing.sha256 == digest:
+                    continue
+                raise InputError(
+                    f"subset {subset_name!r} is already loaded from a different file (sha256 {existing.sha256[:12]}…); "
+                    "pass --name to load this one under another name"
+                )
+            subset = Subset(
+                name=subset_name,
+                member_kind=member_kind,
+                source_file=path.name,
+                sha256=digest,
+                modified=modified,
+                meta=meta,
+            )
+            s.add(subset)
+            s.flush()
+            s.add_all(SubsetMember(subset_id=subset.id, member=m) for m in dict.fromkeys(members))
+            created = True
+    return BenchLoadResult("subset", list(lists), digest, created, modified, counts)
+
+
+def load_shipped(db: Database) -> list[BenchLoadResult]:
+    """Load every benchmark file shipped in ``benchmarks/`` (idempotent)."""
+    return [load_benchmark_file(db, shipped_path(f)) for f in SHIPPED_FILES]
+
+
+def find_benchmark(db: Database, name: str) -> Benchmark:
+    with db.session() as s:
+        bench = s.execute(sa.select(Benchmark).where(Benchmark.name == name)).scalar_one_or_none()
+        if bench is None:
+            names = ", ".join(s.execute(sa.select(Benchmark.name).order_by(Benchmark.name)).scalars()) or "none"
+            raise InputError(
+                f"no benchmark named {name!r} in the database (loaded: {names}); "
+                "load it with `engines bench load SRC` or `engines bench load --shipped`"
+            )
+        return bench
+
+
+def subset_members(db: Database, name: str) -> set[str]:
+    with db.session() as s:
+        subset = s.execute(sa.select(Subset).where(Subset.name == name)).scalar_one_or_none()
+        if subset is None:
+            raise InputError(f"no subset named {name!r}; load it with `engines bench load --shipped`")
+        return set(
+            s.execute(sa.select(SubsetMember.member).where(SubsetMember.subset_id == subset.id)).scalars()
+        )

@@ -1,0 +1,203 @@
+"""Database URL, engine and session setup, and automatic migrations.
+
+``open_database()`` is the one entry point: it resolves the URL (``ENGINES_DATABASE_URL``
+or ``sqlite:///cache.db`` in the working directory), checks that the server is
+reachable, refuses a database written by a newer version of this code, and applies
+pending migrations. SQLite connections run in WAL mode with foreign keys on.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from store.errors import DatabaseError
+
+DEFAULT_URL = "sqlite:///cache.db"
+URL_ENV = "ENGINES_DATABASE_URL"
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+_PG_MIGRATION_LOCK = 727_361_001  # pg_advisory_lock key: one migrator at a time
+
+
+def database_url(url: str | None = None) -> str:
+    """The URL to use: explicit argument, then ``ENGINES_DATABASE_URL``, then the default."""
+    url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    # Plain "postgresql://" would pick psycopg2, which we do not ship; psycopg 3 is the extra.
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def redact_url(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable URL>"
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001
+    cur = dbapi_connection.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def create_db_engine(url: str | None = None) -> Engine:
+    """An engine for ``url`` with the project's connection settings; no migrations."""
+    url = database_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise DatabaseError(
+            f"cannot parse database URL {url!r} (from {URL_ENV} or --db); "
+            "use e.g. sqlite:///cache.db or postgresql+psycopg://user@host:5432/db"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise DatabaseError(
+            f"unsupported database URL scheme {parsed.drivername!r} in {redact_url(url)}; "
+            "engines supports sqlite:/// and postgresql+psycopg://"
+        )
+    try:
+        if backend == "sqlite":
+            if parsed.database and parsed.database != ":memory:":
+                parent = Path(parsed.database).expanduser().resolve().parent
+                if not parent.is_dir():
+                    raise DatabaseError(
+                        f"directory {parent} for SQLite database {parsed.database} does not exist; create it first"
+                    )
+            engine = sa.create_engine(url, connect_args={"timeout": 30})
+            event.listen(engine, "connect", _sqlite_pragmas)
+        else:
+            engine = sa.create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+    except NoSuchModuleError:
+        raise DatabaseError(
+            f"no driver for {parsed.drivername!r}; use sqlite:/// or postgresql+psycopg:// "
+            "(install the PostgreSQL extra: pip install 'engines[postgres]')"
+        ) from None
+    except ModuleNotFoundError as exc:
+        raise DatabaseError(
+            f"database driver {exc.name!r} is not installed for {redact_url(url)}; "
+            "install it with: pip install 'engines[postgres]'"
+        ) from None
+    return engine
+
+
+def _alembic_config(engine: Engine):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def _check_reachable(engine: Engine) -> None:
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except OperationalError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise DatabaseError(
+            f"cannot connect to database {redact_url(str(engine.url))}: {reason}; "
+            f"check that the server is running or set {URL_ENV}"
+        ) from None
+
+
+def upgrade(engine: Engine) -> tuple[str | None, str]:
+    """Apply pending migrations; return (revision before, revision after).
+
+    Refuses a database whose revision this code does not know (written by a newer version).
+    """
+    from alembic import command
+    from alembic.script import ScriptDirectory
+    from alembic.util.exc import CommandError
+
+    _check_reachable(engine)
+    script = ScriptDirectory(str(MIGRATIONS_DIR))
+    head = script.get_current_head()
+    with _migration_lock(engine):
+        before = current_revision(engine)
+        if before is not None:
+            try:
+                script.get_revision(before)
+            except CommandError:
+                raise DatabaseError(
+                    f"database {redact_url(str(engine.url))} is at schema revision {before!r}, "
+                    f"newer than this version of engines knows (head {head!r}); "
+                    "upgrade engines or point ENGINES_DATABASE_URL at another database"
+                ) from None
+        if before != head:
+            command.upgrade(_alembic_config(engine), "head")
+    return before, head
+
+
+@contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    if engine.dialect.name != "postgresql":
+        yield
+        return
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f"SELECT pg_advisory_lock({_PG_MIGRATION_LOCK})")
+        conn.commit()
+        try:
+            yield
+        finally:
+            conn.exec_driver_sql(f"SELECT pg_advisory_unlock({_PG_MIGRATION_LOCK})")
+            conn.commit()
+
+
+@dataclass
+class Database:
+    """An engine plus a session factory, migrated to head."""
+
+    engine: Engine
+    sessionmaker: sessionmaker[Session]
+
+    @property
+    def url(self) -> str:
+        return redact_url(str(self.engine.url))
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def session(self) -> Session:
+        return self.sessionmaker()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def open_database(url: str | None = None, *, migrate: bool = True) -> Database:
+    """Open (and by default migrate) the cache database."""
+    engine = create_db_engine(url)
+    if migrate:
+        upgrade(engine)
+    else:
+        _check_reachable(engine)
+    return Database(engine=engine, sessionmaker=sessionmaker(engine, expire_on_commit=False))
