@@ -129,3 +129,118 @@ class LocalConfig:
 
     def identity(self) -> dict[str, Any]:
         return {"engine": self.engine, "endpoint_version": self.endpoint_version, **self.params}
+
+
+# --- Shared plumbing for the remote adapters (engines/leansearch.py, leanexplore.py, ...) ---
+
+# Headers that may carry a secret: never archived, never logged.
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "cookie"})
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of a request as they may be archived: secret-bearing ones removed."""
+    return {k: v for k, v in dict(headers).items() if k.lower() not in SECRET_HEADERS}
+
+
+def _snippet(body: bytes, n: int = 160) -> str:
+    text = body[:n].decode("utf-8", "replace")
+    return text.replace("\n", " ") + ("..." if len(body) > n else "")
+
+
+def decode_json_body(engine: str, status_code: int, headers: Mapping[str, str], body: bytes) -> Any:
+    """JSON of a response body, or :class:`EngineParseError` (HTML page, empty, truncated, not UTF-8).
+
+    A non-2xx status raises :class:`EngineHTTPError` first, so callers that do parse
+    error responses get the status rather than a misleading parse message.
+    """
+    if not 200 <= status_code < 300:
+        raise EngineHTTPError(f"{engine}: HTTP {status_code}: {_snippet(body)}")
+    ctype = ""
+    for k, v in dict(headers).items():
+        if k.lower() == "content-type":
+            ctype = v.lower()
+    head = body.lstrip()[:15].lower()
+    if "html" in ctype or head.startswith((b"<!doctype", b"<html", b"<")):
+        raise EngineParseError(f"{engine}: HTML page instead of JSON (status {status_code}): {_snippet(body)}")
+    if not body.strip():
+        raise EngineParseError(f"{engine}: empty body (status {status_code})")
+    try:
+        return json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise EngineParseError(f"{engine}: body is not UTF-8: {exc}") from None
+    except json.JSONDecodeError as exc:
+        kind = "truncated" if exc.pos >= len(body.rstrip()) - 1 else "malformed"
+        raise EngineParseError(f"{engine}: {kind} JSON at char {exc.pos}: {exc.msg}") from None
+
+
+class RemoteAdapter:
+    """Common constructor, identity, host and request headers of the remote adapters.
+
+    Subclasses set ``engine``, ``endpoint_version``, ``parser_version``, ``defaults``,
+    ``DEFAULT_URL`` and ``PARAMS`` (the result-changing parameters beyond
+    ``num_results``, with defaults), and implement ``build_request`` and ``parse``.
+    """
+
+    engine: str = ""
+    endpoint_version: str = ""
+    parser_version: int = 1
+    defaults: EngineDefaults
+    DEFAULT_URL: str = ""
+    PARAMS: dict[str, Any] = {}
+    MAX_BATCH: int | None = 1  # most texts one request can carry (None: no limit)
+
+    def __init__(self, base_url: str | None = None, **params: Any) -> None:
+        import os
+
+        from store.errors import InputError
+
+        env = f"ENGINES_{self.engine.upper()}_URL"
+        url = base_url or os.environ.get(env) or self.DEFAULT_URL
+        if not url.startswith(("http://", "https://")):
+            raise InputError(f"{self.engine}: base URL {url!r} must start with http:// or https:// (check {env})")
+        self.base_url = url.rstrip("/")
+        self.batch_size = int(params.pop("batch_size", self.defaults.batch_size))
+        if self.batch_size < 1 or (self.MAX_BATCH is not None and self.batch_size > self.MAX_BATCH):
+            raise InputError(f"{self.engine}: batch_size {self.batch_size} out of range 1..{self.MAX_BATCH}")
+        self.num_results = int(params.pop("num_results", self.defaults.num_results))
+        self.timeout = float(params.pop("timeout", self.defaults.timeout))
+        self.params = {k: params.pop(k, v) for k, v in self.PARAMS.items()}
+        if params:
+            known = ", ".join(["batch_size", "num_results", "timeout", *self.PARAMS])
+            raise InputError(f"{self.engine}: unknown parameter(s) {', '.join(sorted(params))}; known: {known}")
+
+    @property
+    def host(self) -> str:
+        from urllib.parse import urlsplit
+
+        return urlsplit(self.base_url).netloc
+
+    def identity(self) -> dict[str, Any]:
+        ident: dict[str, Any] = {
+            "engine": self.engine,
+            "endpoint_version": self.endpoint_version,
+            "num_results": self.num_results,
+            **self.params,
+        }
+        # A stand-in or mirror must never share cache rows with the public service.
+        if self.base_url != self.DEFAULT_URL.rstrip("/"):
+            ident["base_url"] = self.base_url
+        return ident
+
+    def _headers(self, *, json_body: bool = False) -> dict[str, str]:
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if json_body:
+            headers["Content-Type"] = "application/json"
+        return headers
+
+    def _request(self, method: str, url: str, **kw: Any) -> httpx.Request:
+        # httpx only applies a timeout to a hand-built Request through this extension.
+        ext = {"timeout": httpx.Timeout(self.timeout).as_dict()}
+        return httpx.Request(method, url, extensions=ext, **kw)
+
+    def _check_texts(self, texts: list[str]) -> None:
+        if not texts or len(texts) > self.batch_size:
+            raise ValueError(f"{self.engine}: need 1..{self.batch_size} texts per request, got {len(texts)}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_url={self.base_url!r}, params={self.identity()!r})"

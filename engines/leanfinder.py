@@ -1,0 +1,117 @@
+"""Lean Finder adapter: the Hugging Face Inference Endpoint (ENGINE-APIS.md §4).
+
+``POST <endpoint>`` (no path) with ``{"inputs": text, "top_k": n, "version": v}``.
+
+Why ``version`` defaults to ``v4.19.0``: the Legendre leaderboard reports that the
+v4.24.0 and v4.28.0 indexes contain only definitions, theorems and inductives — no
+structures or classes — which would zero 317 of the 894 scored MathlibQR queries (178
+target a ``structure``, 139 a ``class``); v4.19.0 still has them (§4.6). lean-lsp-mcp
+defaults to v4.28.0; pass ``version="v4.28.0"`` for that. ``version=None`` omits the
+field, as requests did before 2026-05-20.
+
+Two response generations parse:
+
+- current (since 2026-05-20): ``{"results": [{"formal_name", "informal_name", "kind",
+  "type", "informal_description", "path"}, ...]}``; the name is ``formal_name``;
+- older (2025-11-03 to 2026-05-20): ``{"results": [{"url", "formal_statement",
+  "informal_statement"}, ...]}``; the name is the ``pattern=`` of a mathlib4_docs
+  ``.../find/?pattern=<name>#doc`` URL. Hits whose URL is not such a link (other
+  libraries) carry no name and are skipped; the remaining hits keep their returned rank.
+
+Which generation parsed is visible from the raw items (``formal_name`` vs ``url``) and
+from :func:`detect_schema`. Errors arrive as ``{"error": ...}`` (status undocumented).
+Courtesy rate 1 request / s (Legendre); one query per request (``inputs`` is a string).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping
+from urllib.parse import unquote
+
+import httpx
+
+from engines.base import (
+    EngineDefaults,
+    EngineHTTPError,
+    EngineParseError,
+    ParsedHit,
+    Rate,
+    RemoteAdapter,
+    decode_json_body,
+)
+from store.errors import InputError
+
+DEFAULT_VERSION = "v4.19.0"
+KNOWN_VERSIONS = ("v4.19.0", "v4.24.0", "v4.28.0")
+_DOCS_PATTERN = re.compile(r"pattern=(.*?)#doc")
+
+
+def detect_schema(item: Any) -> str | None:
+    """``"current"`` (``formal_name``), ``"url"`` (the older schema) or None."""
+    if isinstance(item, dict):
+        if "formal_name" in item:
+            return "current"
+        if "url" in item and "formal_statement" in item:
+            return "url"
+    return None
+
+
+class LeanFinderAdapter(RemoteAdapter):
+    engine = "leanfinder"
+    endpoint_version = "hf-endpoint-inputs-v1"
+    parser_version = 1
+    DEFAULT_URL = "https://bxrituxuhpc70w8w.us-east-1.aws.endpoints.huggingface.cloud"
+    PARAMS = {"version": DEFAULT_VERSION}
+    defaults = EngineDefaults(rate=Rate(1, 1.0), timeout=30.0, result_cap=None, batch_size=1, num_results=50)
+
+    def __init__(self, base_url: str | None = None, **params: Any) -> None:
+        super().__init__(base_url, **params)
+        v = self.params["version"]
+        if v is not None and not re.fullmatch(r"v\d+\.\d+\.\d+(-rc\d+)?", str(v)):
+            raise InputError(f"leanfinder: version {v!r} is not like v4.19.0 (known: {', '.join(KNOWN_VERSIONS)})")
+        if self.num_results < 1:
+            raise InputError(f"leanfinder: num_results {self.num_results} must be at least 1")
+
+    def build_request(self, texts: list[str]) -> httpx.Request:
+        self._check_texts(texts)
+        payload: dict[str, Any] = {"inputs": texts[0], "top_k": self.num_results}
+        if self.params["version"] is not None:
+            payload["version"] = self.params["version"]
+        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        return self._request("POST", self.base_url, headers=self._headers(json_body=True), content=body)
+
+    def parse(
+        self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
+    ) -> list[list[ParsedHit]]:
+        data = decode_json_body(self.engine, status_code, headers, body)
+        if not isinstance(data, dict):
+            raise EngineParseError(f"leanfinder: top level is {type(data).__name__}, expected an object")
+        if "error" in data:
+            raise EngineHTTPError(f"leanfinder: error in body: {data['error']!r:.200}")
+        results = data.get("results")
+        if not isinstance(results, list):
+            raise EngineParseError(
+                f"leanfinder: `results` is {type(results).__name__}, expected a list (keys {sorted(data)[:8]})"
+            )
+        hits = []
+        for i, item in enumerate(results):
+            schema = detect_schema(item)
+            if schema == "current":
+                name = item["formal_name"]
+                if not isinstance(name, str) or not name:
+                    raise EngineParseError(f"leanfinder: result {i + 1}: `formal_name` is {name!r:.80}")
+            elif schema == "url":
+                url = item["url"]
+                if not isinstance(url, str):
+                    raise EngineParseError(f"leanfinder: result {i + 1}: `url` is {type(url).__name__}")
+                m = _DOCS_PATTERN.search(url)
+                if not m or not m.group(1):
+                    continue  # not a mathlib4_docs link: no declaration name to score
+                name = unquote(m.group(1))
+            else:
+                keys = sorted(item)[:10] if isinstance(item, dict) else type(item).__name__
+                raise EngineParseError(f"leanfinder: result {i + 1} matches neither known schema ({keys})")
+            hits.append(ParsedHit(rank=i + 1, name=name, raw=item))
+        return [hits]

@@ -1,0 +1,95 @@
+"""LeanSearch adapter: ``POST https://leansearch.net/search`` (ENGINE-APIS.md §2).
+
+Request ``{"query": [text, ...], "num_results": n}``; the answer is a list with one
+inner list per query, in request order, of ``{"result": Record, "distance": float}``.
+``Record.name`` and ``module_name`` are lists of components and are joined with ``.``.
+``distance`` is kept in the raw item but never used to re-sort: since the v2 backend
+(about March 2026) it comes from the first-stage retriever and is not monotone in rank.
+
+Defaults: courtesy rate 3 requests / 30 s (Legendre leaderboard), one query per request
+(batching several is the ``batch_size`` option; whether a batch counts as one request
+against the per-IP limit is unknown), ``num_results`` 50. The server accepts up to 150
+but the hosted v2 service reportedly returns at most 50 (``result_cap``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import httpx
+
+from engines.base import (
+    EngineDefaults,
+    EngineHTTPError,
+    EngineParseError,
+    ParsedHit,
+    Rate,
+    RemoteAdapter,
+    decode_json_body,
+)
+from store.errors import InputError
+
+MAX_NUM_RESULTS = 150  # server-side validation since 2025-09-12 (frenzymath/LeanSearch f264465)
+
+
+def join_name(value: Any, *, field: str, where: str) -> str:
+    """``["Fin2", "IsLT", "succ"]`` → ``"Fin2.IsLT.succ"``; a dotted string passes through."""
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, list) and value and all(isinstance(p, str) and p for p in value):
+        return ".".join(value)
+    raise EngineParseError(f"leansearch: {where}: `{field}` is {type(value).__name__} {value!r:.80}, expected a list of strings")
+
+
+class LeanSearchAdapter(RemoteAdapter):
+    engine = "leansearch"
+    endpoint_version = "post-search-v1"
+    parser_version = 1
+    DEFAULT_URL = "https://leansearch.net"
+    MAX_BATCH = None
+    defaults = EngineDefaults(rate=Rate(3, 30.0), timeout=30.0, result_cap=50, batch_size=1, num_results=50)
+
+    def __init__(self, base_url: str | None = None, **params: Any) -> None:
+        super().__init__(base_url, **params)
+        if not 1 <= self.num_results <= MAX_NUM_RESULTS:
+            raise InputError(f"leansearch: num_results {self.num_results} out of range 1..{MAX_NUM_RESULTS}")
+
+    def build_request(self, texts: list[str]) -> httpx.Request:
+        self._check_texts(texts)
+        body = json.dumps({"query": list(texts), "num_results": self.num_results}, ensure_ascii=False)
+        return self._request("POST", f"{self.base_url}/search", headers=self._headers(json_body=True),
+                             content=body.encode("utf-8"))
+
+    def parse(
+        self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
+    ) -> list[list[ParsedHit]]:
+        data = decode_json_body(self.engine, status_code, headers, body)
+        if isinstance(data, dict):
+            if "error" in data or "detail" in data:
+                raise EngineHTTPError(f"leansearch: error in body: {data.get('error', data.get('detail'))!r:.200}")
+            raise EngineParseError(f"leansearch: top level is an object with keys {sorted(data)[:8]}, expected a list")
+        if not isinstance(data, list):
+            raise EngineParseError(f"leansearch: top level is {type(data).__name__}, expected a list of lists")
+        if data and all(isinstance(x, dict) and "formal_name" in x for x in data):
+            raise EngineParseError("leansearch: flat list of formal_name objects: the legacy GET API schema (before April 2025)")
+        if len(data) != len(texts):
+            raise EngineParseError(f"leansearch: {len(data)} answer lists for {len(texts)} queries")
+        out: list[list[ParsedHit]] = []
+        for qi, entry in enumerate(data):
+            if not isinstance(entry, list):
+                raise EngineParseError(f"leansearch: answer {qi} is {type(entry).__name__}, expected a list of hits")
+            hits = []
+            for i, item in enumerate(entry):
+                where = f"query {qi} hit {i + 1}"
+                if not isinstance(item, dict):
+                    raise EngineParseError(f"leansearch: {where} is {type(item).__name__}, expected an object")
+                record = item.get("result")
+                if not isinstance(record, dict):
+                    raise EngineParseError(f"leansearch: {where} has no `result` object (keys {sorted(item)[:8]})")
+                if "name" not in record:
+                    raise EngineParseError(f"leansearch: {where} record has no `name` (keys {sorted(record)[:10]})")
+                name = join_name(record["name"], field="name", where=where)
+                hits.append(ParsedHit(rank=i + 1, name=name, raw=item))
+            out.append(hits)
+        return out
