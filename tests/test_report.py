@@ -1,0 +1,303 @@
+"""The HTML report renderer against synthetic score JSON of the engines.score/1 shape.
+
+``synthetic_score`` builds a score file from per-query gold positions the way the scorer
+does (R@k, nDCG@k, curves with bootstrap bands), so the rendered numbers can be checked
+against values computed here independently of the renderer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from scoring.report_html import SCHEMA, render_html, render_report
+from store.errors import InputError
+
+K_MAX = 200
+STYLES = ("q1a_lean", "q1c_natural", "q3_nickname")
+KINDS = ("theorem", "def", "structure")
+
+
+def _metrics_from_positions(pos: np.ndarray, cap: int | None) -> dict:
+    """Single-gold metrics from an array of positions (0 = not found)."""
+    found = pos > 0
+    out = {}
+    for k in (1, 5, 10, 50, 100):
+        out[f"R@{k}"] = None if cap and k > cap else float(np.mean(found & (pos <= k)))
+    with np.errstate(divide="ignore"):
+        gain = np.where(found & (pos <= 10), 1 / np.log2(pos + 1.0), 0.0)
+    out["nDCG@10"] = float(np.mean(gain))
+    rr = np.where(found, 1.0 / np.maximum(pos, 1), 0.0)
+    out["MRR"] = float(np.mean(rr))
+    out["MAP"] = float(np.mean(rr))
+    return out
+
+
+def synthetic_score(n_queries: int = 60, systems: tuple = ("leansearch", "bm25", "dense"), seed: int = 7,
+                    banner: str | None = "development slice — not a result", caps: dict | None = None,
+                    dropped_qids: tuple = ("Q3_q1a_lean",), unanswered: dict | None = None) -> dict:
+    rng = np.random.default_rng(seed)
+    caps = caps or {"leansearch": 50}
+    unanswered = unanswered or {}
+    queries = []
+    for i in range(n_queries):
+        tid = f"Q{i}"
+        style = STYLES[i % len(STYLES)]
+        queries.append({
+            "qid": f"{tid}_{style}", "text": f"query {i} about <b>lattices</b> & \"joins\"",
+            "style": style, "kind": KINDS[i % len(KINDS)], "difficulty": "Easy" if i % 2 else "Hard",
+            "gold": [[f"Mathlib.Decl{i}"]],
+        })
+    scored = [q for q in queries if q["qid"] not in dropped_qids]
+    ks = list(range(1, K_MAX + 1))
+    out_systems = []
+    for si, name in enumerate(systems):
+        cap = caps.get(name)
+        limit = cap or K_MAX
+        pos = rng.integers(0, limit + 1, size=len(scored)) * (rng.random(len(scored)) < 0.8 - 0.15 * si)
+        pos = np.where(rng.random(len(scored)) < 0.3, 1, pos)
+        pos[pos == 0] = 0
+        for qid in unanswered.get(name, ()):
+            pos[[q["qid"] for q in scored].index(qid)] = 0
+        m = _metrics_from_positions(pos, cap)
+        boots = rng.integers(0, len(scored), size=(200, len(scored)))
+        metrics = {}
+        for key, v in m.items():
+            if v is None:
+                metrics[key] = {"value": None, "ci": None}
+            else:
+                metrics[key] = {"value": v, "ci": [max(0.0, v - 0.05), min(1.0, v + 0.05)]}
+        R, nd = [], []
+        for k in ks:
+            if cap and k > cap:
+                R.append(None)
+                nd.append(None)
+                continue
+            hit = (pos > 0) & (pos <= k)
+            R.append(float(hit.mean()))
+            with np.errstate(divide="ignore"):
+                nd.append(float(np.where(hit, 1 / np.log2(pos + 1.0), 0).mean()))
+        def band(ys, d):
+            return [None if y is None else min(1.0, max(0.0, y + d)) for y in ys]
+        breakdowns = {}
+        for dim in ("style", "kind", "difficulty"):
+            groups: dict = {}
+            for q, p in zip(scored, pos):
+                groups.setdefault(q[dim], []).append(p)
+            breakdowns[dim] = {}
+            for v, ps in groups.items():
+                ps = np.array(ps)
+                mm = _metrics_from_positions(ps, cap)
+                breakdowns[dim][v] = {"n": int(len(ps)), "nDCG@10": mm["nDCG@10"], "R@10": mm["R@10"]}
+        per_query = {q["qid"]: {"positions": [int(p) if p else None], "rr": (1 / p) if p else 0.0}
+                     for q, p in zip(scored, pos)}
+        badges = []
+        if cap:
+            badges.append(f"k≤{cap}")
+        if unanswered.get(name):
+            badges.append("incomplete")
+        local = name in ("bm25", "dense")
+        params = {"k1": 1.2, "b": 0.75, "renderer_hash": "r3nd3r"} if name == "bm25" else {"num_results": 50}
+        out_systems.append({
+            "id": f"{name}:e0", "engine": name, "config_hash": f"{si:02d}" + "ab" * 31, "params": params, "epoch": 0,
+            "local": local, "licence": "CC-BY-NC-4.0" if name == "dense" else None, "result_cap": cap,
+            "n": len(scored), "dropped": n_queries - len(scored), "unanswered": len(unanswered.get(name, ())),
+            "badges": badges, "latency_p95_ms": None if local else 123.4,
+            "resolution": {"resolved": 100, "not_in_corpus": 3}, "coverage": 1.0,
+            "metrics": metrics,
+            "curves": {"k": ks, "R": R, "R_lo": band(R, -0.05), "R_hi": band(R, 0.05),
+                       "nDCG": nd, "nDCG_lo": band(nd, -0.04), "nDCG_hi": band(nd, 0.04), "P": None, "Covered": None},
+            "pr": {"recall": None, "precision": None},
+            "breakdowns": breakdowns,
+            "per_query": per_query,
+        })
+    return {
+        "schema": SCHEMA, "generated_at": "2026-11-30T12:00:00Z", "code_version": "0.1.0+test",
+        "k_max": K_MAX, "bootstrap": {"resamples": 1000, "seed": 20260101, "ci": 0.95}, "profile": "main",
+        "benchmark": {"name": "mathlibqr", "task": "theorem-search", "sha256": "0ce0" + "0" * 60, "n_queries": n_queries},
+        "corpus": {"name": "mathlib-slice", "revision": "028964f2c6f0", "sha256": "e81e" + "1" * 60,
+                   "row_count": 11651, "slice": True},
+        "subset": None, "banner": banner, "systems": out_systems, "queries": queries,
+        "comparisons": [{"a": "bm25:e0", "b": "dense:e0", "metric": "nDCG@10", "diff": 0.0123,
+                         "ci": [-0.01, 0.03], "p": 0.21}],
+    }
+
+
+class _Collector(HTMLParser):
+    """Collect tags with their attributes and the text inside chosen elements."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):  # noqa: ANN001
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):  # noqa: ANN001
+        self.text.append(data)
+
+
+def parse(page: str) -> _Collector:
+    c = _Collector()
+    c.feed(page)
+    return c
+
+
+def test_report_files_and_json_round_trip(tmp_path):
+    score = synthetic_score()
+    html_path = render_report(score, tmp_path / "out")
+    assert html_path == tmp_path / "out" / "index.html"
+    assert json.loads((tmp_path / "out" / "report.json").read_text("utf-8")) == score
+    assert not list((tmp_path / "out").glob(".*.tmp"))
+    page = html_path.read_text("utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    # nothing loaded from the network
+    assert not re.search(r"""(src|href)=["']https?:""", page)
+    assert "@import" not in page
+
+
+def test_leaderboard_rows_sorted_with_values_and_cis():
+    score = synthetic_score()
+    page = render_html(score)
+    rows = re.findall(r'<tr class="system-row" data-system="([^"]+)">(.*?)</tr>', page)
+    assert [r[0] for r in rows] == [
+        s["id"] for s in sorted(score["systems"], key=lambda s: -s["metrics"]["nDCG@10"]["value"])
+    ]
+    for sid, row in rows:
+        s = next(x for x in score["systems"] if x["id"] == sid)
+        v = s["metrics"]["nDCG@10"]
+        assert f"{v['value']:.3f}" in row
+        assert f"[{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]" in row
+        assert f'<td class="num">{s["n"]}</td>' in row
+
+
+def test_capped_metrics_render_as_undefined_not_zero():
+    page = render_html(synthetic_score())
+    row = re.search(r'data-system="leansearch:e0">(.*?)</tr>', page).group(1)
+    undef = re.findall(r'<td class="num undef" title="([^"]+)">—</td>', row)
+    # of the table's metrics only R@100 lies above the cap of 50
+    assert len(undef) == 1 and "above k=50" in undef[0]
+    assert "k≤50" in row
+
+
+def test_badges_incomplete_licence_and_banner():
+    score = synthetic_score(unanswered={"bm25": ("Q1_q1c_natural",)})
+    page = render_html(score)
+    bm25 = re.search(r'data-system="bm25:e0">(.*?)</tr>', page).group(1)
+    assert 'class="badge warn">incomplete<' in bm25
+    assert '<td class="num alert">1</td>' in bm25
+    dense = re.search(r'data-system="dense:e0">(.*?)</tr>', page).group(1)
+    assert "licence: CC-BY-NC-4.0" in dense
+    assert page.count("development slice — not a result") >= 2  # title/banner/footer
+    assert 'class="banner"' in page
+    no_banner = render_html(synthetic_score(banner=None))
+    assert 'class="banner"' not in no_banner
+
+
+def test_data_text_is_escaped():
+    score = synthetic_score()
+    score["systems"][0]["id"] = '<img src=x onerror="alert(1)">'
+    score["queries"][0]["gold"] = [["<script>alert(2)</script>"]]
+    page = render_html(score)
+    assert "<img src=x" not in page
+    assert "<script>alert(2)" not in page
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+    assert "query 0 about &lt;b&gt;lattices&lt;/b&gt; &amp; &quot;joins&quot;" in page
+    # the only <script> element is ours
+    assert [t for t, _ in parse(page).tags].count("script") == 1
+
+
+def test_curves_have_a_line_and_band_per_system_and_stop_at_cap():
+    score = synthetic_score()
+    page = render_html(score)
+    tags = parse(page).tags
+    svgs = [a for t, a in tags if t == "svg"]
+    assert {a["data-metric"] for a in svgs} == {"R", "nDCG"}
+    lines = [a for t, a in tags if t == "path" and a.get("class") == "line"]
+    bands = [a for t, a in tags if t == "polygon" and a.get("class") == "band"]
+    assert len(lines) == 2 * len(score["systems"])
+    assert len(bands) == 2 * len(score["systems"])
+    ls = [a for a in lines if a["data-system"] == "leansearch:e0"]
+    full = [a for a in lines if a["data-system"] == "bm25:e0"]
+    # the capped curve has 50 points, the full one 200
+    assert all(a["d"].count("L") == 49 for a in ls)
+    assert all(a["d"].count("L") == K_MAX - 1 for a in full)
+    # y coordinate of R@1 for bm25 matches its value on the 0..1 axis (top 26, height 274)
+    bm25 = next(s for s in score["systems"] if s["engine"] == "bm25")
+    y0 = float(full[0]["d"].split()[0].split(",")[1])
+    assert y0 == pytest.approx(26 + 274 * (1 - bm25["curves"]["R"][0]), abs=0.06)
+
+
+def test_multi_gold_curves_and_pr_are_drawn_when_present():
+    score = synthetic_score()
+    for s in score["systems"]:
+        s["curves"]["P"] = [v / k if v is not None else None for v, k in zip(s["curves"]["R"], s["curves"]["k"])]
+        s["pr"] = {"recall": [i / 10 for i in range(11)], "precision": [1 - i / 20 for i in range(11)]}
+    metrics = {a["data-metric"] for t, a in parse(render_html(score)).tags if t == "svg"}
+    assert metrics == {"R", "nDCG", "P", "PR"}
+
+
+def test_breakdowns_by_style_kind_difficulty():
+    score = synthetic_score()
+    page = render_html(score)
+    for dim in ("style", "kind", "difficulty"):
+        m = re.search(rf'<table class="breakdown" data-dim="{dim}">(.*?)</table>', page)
+        assert m, dim
+        for s in score["systems"]:
+            for v, cell in s["breakdowns"][dim].items():
+                assert f">{v}<" in m.group(1)
+                assert f"nDCG@10 {cell['nDCG@10']:.3f}, R@10 {cell['R@10']:.3f}, n {cell['n']}" in m.group(1)
+
+
+def test_query_explorer_ranks_and_states():
+    score = synthetic_score()
+    page = render_html(score)
+    body = re.search(r'<table id="queries-table".*?<tbody>(.*?)</tbody>', page).group(1)
+    rows = re.findall(r"<tr class=\"q\" data-style=\"[^\"]*\" data-state=\"(\w+)\">(.*?)</tr>", body)
+    assert len(rows) == len(score["queries"])
+    order = sorted(score["systems"], key=lambda s: -s["metrics"]["nDCG@10"]["value"])
+    for (state, row), q in zip(rows, score["queries"]):
+        assert f'<td class="qid">{q["qid"]}</td>' in row
+        ranks = re.findall(r'<td class="num rank (\w+)">([^<]*)</td>', row)
+        assert len(ranks) == len(order)
+        if q["qid"] == "Q3_q1a_lean":
+            assert state == "dropped" and all(c == "na" for c, _ in ranks)
+            continue
+        found = 0
+        for (cls, text), s in zip(ranks, order):
+            p = s["per_query"][q["qid"]]["positions"][0]
+            assert text == (str(p) if p else "—")
+            found += p is not None
+        assert state == ("none" if found == 0 else "all" if found == len(order) else "some")
+
+
+def test_methodology_from_json_constants():
+    score = synthetic_score()
+    page = render_html(score, json_sha256="f" * 64)
+    meth = re.search(r'<section id="methodology">(.*)</section>', page, re.S).group(1)
+    assert "<dt>k_max</dt><dd>200 " in meth
+    assert "1000 resamples of the query set, seed 20260101" in meth
+    assert "95% percentile interval" in meth
+    assert "mathlib-slice@028964f2c6f0, 11651 rows" in meth
+    assert "renderer_hash = r3nd3r" in meth
+    assert "f" * 64 in meth
+
+
+def test_wrong_schema_is_refused():
+    score = synthetic_score()
+    score["schema"] = "something/else"
+    with pytest.raises(InputError, match="schema"):
+        render_html(score)
+
+
+def test_empty_systems_still_render():
+    score = synthetic_score(systems=())
+    page = render_html(score)
+    assert "no data" in page
+    assert '<tr class="system-row"' not in page
+    assert "<h1>" in page
