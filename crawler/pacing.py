@@ -1,0 +1,281 @@
+"""Courtesy pacing per engine host: a sliding-window log plus a minimum spacing.
+
+A limit "n requests per T seconds" means: no window of length T holds more than n
+sends to that host (DESIGN.md, Pacing). ``aiolimiter.AsyncLimiter(n, T)`` alone lets
+2n-1 through in one window (PERFORMANCE-NOTES.md §6.1), so this module implements the
+recipe of §6.3 itself:
+
+- a send at time t is allowed only when t >= (n-th most recent send) + T + margin
+  (the window bound, by construction) and t >= (last send) + (T + margin) / n
+  (no bursts, even after an idle period), and t >= the host's ``paused_until``
+  (a 429 / Retry-After pauses every request to the host);
+- the time is taken when the send slot is granted, just before the HTTP call;
+- the send times live in a *ledger*. :class:`MemoryLedger` keeps them in memory
+  (unit tests); :class:`DbLedger` keeps them in the ``send_log`` / ``host_state``
+  tables, so a restart right after a burst reloads them, and on PostgreSQL the
+  "check the window + insert the send" step runs under a row lock on the host's
+  ``host_state`` row (``SELECT ... FOR UPDATE``), so processes sharing one database
+  share one budget per host and never exceed it together.
+
+Clock and sleep are injectable (:class:`Clock`), so tests drive the pacer with a fake
+clock and assert the window bound exactly. Times are unix seconds (floats).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import sqlalchemy as sa
+
+from engines.base import Rate
+from engines.base import parse_rate as _parse_rate
+
+# ------------------------------------------------------------------------- rates
+
+parse_rate = _parse_rate  # "3/30s" -> Rate(3, 30.0); one parser for adapters and CLI
+
+
+def default_margin(rate: Rate) -> float:
+    """Safety margin added to the window: 5 ms + 1 % of T, at most 1 s.
+
+    It absorbs timer jitter, the gap between granting a slot and the bytes leaving,
+    and network jitter compressing gaps on the server's side (PERFORMANCE-NOTES §6.1,
+    asyncio timers can fire early). 3/30s → 0.305 s; 20/2s → 25 ms.
+    """
+    return min(1.0, 0.005 + 0.01 * rate.period)
+
+
+# ------------------------------------------------------------------------- clocks
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """Wall-clock unix seconds (shared by processes on one machine, stored in send_log)."""
+
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+# ------------------------------------------------------------------------ ledgers
+
+
+def earliest_send(history: list[float], paused_until: float | None, rate: Rate, margin: float) -> float:
+    """The earliest time a new send is allowed, given the host's send history (any order)."""
+    t = paused_until or 0.0
+    if history:
+        recent = sorted(history)[-rate.n:]
+        t = max(t, recent[-1] + (rate.period + margin) / rate.n)
+        if len(recent) >= rate.n:
+            t = max(t, recent[0] + rate.period + margin)
+    return t
+
+
+class Ledger(Protocol):
+    """Where send times and pauses are kept. ``reserve`` records a send at ``now`` if allowed."""
+
+    def reserve(self, host: str, now: float, rate: Rate, margin: float, worker: str) -> float | None:
+        """Record a send at ``now`` and return None, or return the earliest allowed time."""
+
+    def pause(self, host: str, until: float) -> None: ...
+
+    def paused_until(self, host: str) -> float | None: ...
+
+
+class MemoryLedger:
+    """In-process ledger (tests, or a throwaway run); ``history`` seeds it, e.g. from a restart."""
+
+    def __init__(self, history: dict[str, list[float]] | None = None) -> None:
+        self.sends: dict[str, list[float]] = {h: sorted(v) for h, v in (history or {}).items()}
+        self.pauses: dict[str, float] = {}
+
+    def reserve(self, host: str, now: float, rate: Rate, margin: float, worker: str) -> float | None:
+        log = self.sends.setdefault(host, [])
+        t = earliest_send(log[-rate.n:], self.pauses.get(host), rate, margin)
+        if t > now:
+            return t
+        log.append(now)
+        return None
+
+    def pause(self, host: str, until: float) -> None:
+        self.pauses[host] = max(self.pauses.get(host, 0.0), until)
+
+    def paused_until(self, host: str) -> float | None:
+        return self.pauses.get(host)
+
+
+class DbLedger:
+    """Send times in ``send_log`` and pauses in ``host_state``: shared by every process.
+
+    ``reserve`` is one short transaction: lock the host's ``host_state`` row
+    (``FOR UPDATE`` on PostgreSQL; SQLite serialises writers and the crawler holds an
+    exclusive lock file there), read the last n sends, insert the new one if the
+    window allows it. No sleeping happens inside the transaction.
+    """
+
+    def __init__(self, db) -> None:  # noqa: ANN001 - store.db.Database
+        from store.models import HostState, SendLog
+
+        self.db = db
+        self._hs = HostState.__table__
+        self._sl = SendLog.__table__
+        self._known: set[str] = set()
+
+    def _ensure_host(self, conn: sa.Connection, host: str) -> None:
+        if host in self._known:
+            return
+        exists = conn.execute(sa.select(self._hs.c.host).where(self._hs.c.host == host)).first()
+        if exists is None:
+            if conn.dialect.name == "postgresql":
+                from sqlalchemy.dialects.postgresql import insert
+            else:
+                from sqlalchemy.dialects.sqlite import insert
+            from store.types import utcnow
+
+            conn.execute(
+                insert(self._hs).values(host=host, paused_until=None, updated_at=utcnow()).on_conflict_do_nothing()
+            )
+        self._known.add(host)
+
+    def reserve(self, host: str, now: float, rate: Rate, margin: float, worker: str) -> float | None:
+        with self.db.engine.connect() as conn:
+            self._ensure_host(conn, host)
+            conn.commit()
+            with conn.begin():
+                paused = conn.execute(
+                    sa.select(self._hs.c.paused_until).where(self._hs.c.host == host).with_for_update()
+                ).scalar()
+                recent = list(
+                    conn.execute(
+                        sa.select(self._sl.c.sent_at)
+                        .where(self._sl.c.host == host)
+                        .order_by(self._sl.c.sent_at.desc())
+                        .limit(rate.n)
+                    ).scalars()
+                )
+                t = earliest_send(recent, paused, rate, margin)
+                if t > now:
+                    return t
+                conn.execute(sa.insert(self._sl).values(host=host, sent_at=now, worker=worker))
+        return None
+
+    def pause(self, host: str, until: float) -> None:
+        from store.types import utcnow
+
+        with self.db.engine.connect() as conn:
+            self._ensure_host(conn, host)
+            conn.commit()
+            with conn.begin():
+                cur = conn.execute(
+                    sa.select(self._hs.c.paused_until).where(self._hs.c.host == host).with_for_update()
+                ).scalar()
+                if cur is None or until > cur:
+                    conn.execute(
+                        sa.update(self._hs).where(self._hs.c.host == host).values(paused_until=until, updated_at=utcnow())
+                    )
+
+    def paused_until(self, host: str) -> float | None:
+        with self.db.engine.connect() as conn:
+            return conn.execute(sa.select(self._hs.c.paused_until).where(self._hs.c.host == host)).scalar()
+
+    def history(self, host: str, since: float) -> list[float]:
+        with self.db.engine.connect() as conn:
+            return list(
+                conn.execute(
+                    sa.select(self._sl.c.sent_at)
+                    .where(self._sl.c.host == host, self._sl.c.sent_at >= since)
+                    .order_by(self._sl.c.sent_at)
+                ).scalars()
+            )
+
+
+# -------------------------------------------------------------------------- pacer
+
+
+class DeadlineReached(Exception):
+    """The next allowed send is past the run's deadline."""
+
+
+@dataclass
+class PacerStats:
+    sends: int = 0
+    waited: float = 0.0  # seconds spent waiting for a slot
+
+
+class Pacer:
+    """One host's pacer: ``await pacer.acquire()`` right before each HTTP attempt.
+
+    An ``asyncio.Lock`` makes waiting first-come-first-served inside the process; the
+    ledger makes the budget shared between processes. Create pacers inside the running
+    event loop (one per host per crawl run).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        rate: Rate,
+        ledger: Ledger | None = None,
+        *,
+        margin: float | None = None,
+        clock: Clock | None = None,
+        worker: str = "",
+        deadline: float | None = None,
+    ) -> None:
+        if rate.n < 1 or not rate.period > 0 or math.isinf(rate.period):
+            raise ValueError(f"invalid rate {rate}")
+        self.host = host
+        self.rate = rate
+        self.ledger = ledger if ledger is not None else MemoryLedger()
+        self.margin = default_margin(rate) if margin is None else margin
+        self.clock = clock or SystemClock()
+        self.worker = worker
+        self.deadline = deadline
+        self.stats = PacerStats()
+        self._lock = asyncio.Lock()
+
+    @property
+    def interval(self) -> float:
+        """Seconds per send at the sustained rate (what ETAs are computed from)."""
+        return (self.rate.period + self.margin) / self.rate.n
+
+    async def acquire(self) -> float:
+        """Wait for a send slot; return the send time recorded in the ledger."""
+        async with self._lock:
+            while True:
+                now = self.clock.now()
+                t = self.ledger.reserve(self.host, now, self.rate, self.margin, self.worker)
+                if t is None:
+                    self.stats.sends += 1
+                    return now
+                if self.deadline is not None and t > self.deadline:
+                    raise DeadlineReached(f"next send to {self.host} allowed at {t:.1f}, after the deadline")
+                wait = t - now
+                self.stats.waited += wait
+                await self.clock.sleep(wait)
+
+    def pause(self, until: float) -> None:
+        """Hold every send to this host until ``until`` (429 / Retry-After)."""
+        self.ledger.pause(self.host, until)
+
+
+def max_in_window(times: list[float], period: float) -> int:
+    """The most sends inside any closed window [t, t + period] (stricter than half-open)."""
+    ts = sorted(times)
+    best = 0
+    j = 0
+    for i, t in enumerate(ts):
+        while ts[j] < t - period:
+            j += 1
+        best = max(best, i - j + 1)
+    return best

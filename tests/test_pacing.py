@@ -1,0 +1,218 @@
+"""The pacer with a fake clock: the sliding-window bound exactly, restarts, retries, pauses.
+
+The fake clock's sleep advances time instantly, so these tests check the schedule the
+pacer produces, not wall time. The DbLedger cases use a real SQLite file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from crawler.pacing import (
+    DbLedger,
+    DeadlineReached,
+    MemoryLedger,
+    Pacer,
+    default_margin,
+    earliest_send,
+    max_in_window,
+    parse_rate,
+)
+from engines.base import Rate
+from store.db import open_database
+from store.errors import InputError
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.t = start
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.sleeps.append(seconds)
+        self.t += seconds
+        await asyncio.sleep(0)
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def windows_ok(times: list[float], rate: Rate) -> bool:
+    return max_in_window(times, rate.period) <= rate.n
+
+
+async def test_strict_spacing_and_window_bound_exact() -> None:
+    clock = FakeClock()
+    rate = Rate(3, 30.0)
+    pacer = Pacer("h", rate, clock=clock, margin=0.5)
+    times = [await pacer.acquire() for _ in range(10)]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    # Minimum spacing (T + margin) / n, exactly: no burst, even at the start.
+    assert gaps == pytest.approx([30.5 / 3] * 9)
+    assert max_in_window(times, 30.0) == 3
+    # Any n + 1 consecutive sends span more than T + margin.
+    assert all(times[i + 3] - times[i] >= 30.5 - 1e-9 for i in range(len(times) - 3))
+
+
+async def test_window_bound_after_idle_period_is_not_a_burst() -> None:
+    clock = FakeClock()
+    rate = Rate(5, 10.0)
+    pacer = Pacer("h", rate, clock=clock, margin=0.1)
+    times = [await pacer.acquire() for _ in range(5)]
+    clock.advance(100.0)  # idle: an aiolimiter bucket would now admit 5 at once
+    t0 = clock.now()
+    times += [await pacer.acquire() for _ in range(5)]
+    assert times[5] == t0  # the first after the idle period goes at once ...
+    assert times[6] - times[5] == pytest.approx(10.1 / 5)  # ... the rest are spaced
+    assert windows_ok(times, rate)
+
+
+def test_earliest_send_window_dominates_spacing() -> None:
+    rate = Rate(3, 30.0)
+    # Three sends close together (e.g. written by another process with another rate).
+    hist = [100.0, 100.5, 101.0]
+    assert earliest_send(hist, None, rate, 0.5) == pytest.approx(130.5)
+    assert earliest_send(hist[-1:], None, rate, 0.5) == pytest.approx(101.0 + 30.5 / 3)
+    assert earliest_send([], 500.0, rate, 0.5) == 500.0
+    assert earliest_send(hist, 1000.0, rate, 0.5) == 1000.0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_random_demand_never_exceeds_window(seed: int) -> None:
+    """Requests arrive at random times (several tasks); the send log still obeys the bound."""
+    rng = random.Random(seed)
+    clock = FakeClock()
+    rate = Rate(4, 2.0)
+    ledger = MemoryLedger()
+    pacer = Pacer("h", rate, ledger, clock=clock, margin=0.0)
+
+    async def user(k: int) -> None:
+        for _ in range(k):
+            if rng.random() < 0.3:
+                clock.advance(rng.random() * 3)
+            await pacer.acquire()
+
+    await asyncio.gather(*(user(15) for _ in range(3)))
+    sends = ledger.sends["h"]
+    assert len(sends) == 45
+    # margin 0: the bound holds for half-open windows exactly (n sends in [t, t + T)).
+    assert max_in_window([s + 1e-9 * i for i, s in enumerate(sends)], rate.period - 1e-6) <= rate.n
+
+
+async def test_restart_right_after_burst_reloads_send_log(tmp_path) -> None:
+    """Sends persisted in send_log are honoured by a new process (new pacer, same DB)."""
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    rate = Rate(3, 30.0)
+    clock = FakeClock()
+    db = open_database(url)
+    try:
+        first = Pacer("api.example:443", rate, DbLedger(db), clock=clock, margin=0.5)
+        before = [await first.acquire() for _ in range(3)]
+    finally:
+        db.dispose()
+    clock.advance(1.0)  # "restart" one second after the burst
+    db = open_database(url)
+    try:
+        ledger = DbLedger(db)
+        second = Pacer("api.example:443", rate, ledger, clock=clock, margin=0.5)
+        after = [await second.acquire() for _ in range(4)]
+        stored = ledger.history("api.example:443", 0.0)
+    finally:
+        db.dispose()
+    assert stored == before + after
+    assert after[0] >= before[0] + 30.5  # the fourth send waits for the first to leave the window
+    assert max_in_window(before + after, 30.0) == 3
+    # Without the reload the new pacer would have sent at once: the check has teeth.
+    fresh = Pacer("api.example:443", rate, MemoryLedger(), clock=clock, margin=0.5)
+    assert await fresh.acquire() == clock.now()
+
+
+async def test_restart_with_other_rate_still_bounded_by_history() -> None:
+    clock = FakeClock()
+    hist = {"h": [clock.now() - 1.0, clock.now() - 0.5, clock.now() - 0.1]}
+    pacer = Pacer("h", Rate(3, 10.0), MemoryLedger(hist), clock=clock, margin=0.2)
+    t = await pacer.acquire()
+    assert t == pytest.approx(hist["h"][0] + 10.2)
+
+
+async def test_retries_are_repaced() -> None:
+    """A retried call goes back through the pacer: attempts obey the window too."""
+    clock = FakeClock()
+    rate = Rate(2, 4.0)
+    pacer = Pacer("h", rate, clock=clock, margin=0.0)
+    attempts: list[float] = []
+
+    async def flaky_call(fail_times: int) -> None:
+        for attempt in range(fail_times + 1):
+            attempts.append(await pacer.acquire())  # limiter inside the retried function
+            if attempt < fail_times:
+                await clock.sleep(0.01)  # a tiny backoff: the pacer, not the backoff, spaces them
+
+    for fails in (3, 0, 2):
+        await flaky_call(fails)
+    assert len(attempts) == 8
+    gaps = [b - a for a, b in zip(attempts, attempts[1:])]
+    assert min(gaps) >= 2.0 - 1e-9
+    assert max_in_window([a + 1e-9 * i for i, a in enumerate(attempts)], rate.period - 1e-6) <= 2
+
+
+async def test_pause_holds_every_request_to_host() -> None:
+    clock = FakeClock()
+    ledger = MemoryLedger()
+    a = Pacer("h", Rate(10, 1.0), ledger, clock=clock, margin=0.0)
+    other = Pacer("other", Rate(10, 1.0), ledger, clock=clock, margin=0.0)
+    await a.acquire()
+    a.pause(clock.now() + 5.0)
+    t_other = await other.acquire()
+    t = await a.acquire()
+    assert t_other < clock.now() - 4.0  # other hosts are not paused
+    assert t == pytest.approx(t_other + 5.0)
+
+
+async def test_pause_in_db_is_seen_by_another_pacer(tmp_path) -> None:
+    db = open_database(f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        clock = FakeClock()
+        l1, l2 = DbLedger(db), DbLedger(db)
+        p1 = Pacer("h", Rate(5, 1.0), l1, clock=clock, margin=0.0)
+        p2 = Pacer("h", Rate(5, 1.0), l2, clock=clock, margin=0.0)
+        start = clock.now()
+        p1.pause(start + 7.0)
+        p1.pause(start + 3.0)  # an earlier time never shortens a pause
+        assert l2.paused_until("h") == start + 7.0
+        assert await p2.acquire() == start + 7.0
+    finally:
+        db.dispose()
+
+
+async def test_deadline_stops_waiting() -> None:
+    clock = FakeClock()
+    pacer = Pacer("h", Rate(1, 60.0), clock=clock, margin=0.0, deadline=clock.now() + 30.0)
+    await pacer.acquire()
+    with pytest.raises(DeadlineReached):
+        await pacer.acquire()
+
+
+def test_parse_rate_and_margin() -> None:
+    assert parse_rate("3/30s") == Rate(3, 30.0)
+    assert parse_rate("20/2s") == Rate(20, 2.0)
+    assert parse_rate("24/1m") == Rate(24, 60.0)
+    with pytest.raises(InputError):
+        parse_rate("fast")
+    with pytest.raises(InputError):
+        parse_rate("0/30s")
+    assert default_margin(Rate(3, 30.0)) == pytest.approx(0.305)
+    assert default_margin(Rate(1, 3600.0)) == 1.0
+
+
+def test_max_in_window_counts_closed_windows() -> None:
+    assert max_in_window([0.0, 1.0, 2.0], 2.0) == 3
+    assert max_in_window([0.0, 1.0, 2.0001], 2.0) == 2
+    assert max_in_window([], 1.0) == 0
