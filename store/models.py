@@ -339,10 +339,20 @@ class HostState(Base):
 
 
 class WorkLease(Base):
+    """Crawl work state per (config, query text, epoch): a row exists while it is unanswered.
+
+    ``status`` "leased": claimable when ``leased_until`` has passed (dead workers' leases
+    expire); "failed": a permanent failure (non-retryable 4xx, engine-reported error),
+    skipped until ``engines crawl --retry-failed``. The row is deleted with the answer.
+    """
+
     __tablename__ = "work_leases"
+    __table_args__ = (Index(None, "config_id", "epoch", "status", "leased_until"),)
 
     config_id: Mapped[int] = mapped_column(ForeignKey("engine_configs.id"), primary_key=True)
     query_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
     epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
     worker: Mapped[str] = mapped_column(String(100))
     leased_until: Mapped[float] = mapped_column(Float)  # unix seconds
+    status: Mapped[str] = mapped_column(String(20), default="leased", server_default="leased")
+    note: Mapped[str | None] = mapped_column(Text, default=None)  # the last failure, one line
