@@ -19,6 +19,8 @@ from store.errors import UserError
 # Each module defines register(app: typer.Typer). Order = order in --help.
 COMMAND_MODULES = (
     "engines.commands.core",
+    "engines.commands.report",
+    "engines.commands.demo",
 )
 
 

@@ -1,0 +1,85 @@
+"""``engines report``: score a benchmark and write the static HTML report.
+
+The page and the score JSON it is built from land side by side in ``--out``
+(``index.html`` + ``report.json``). ``--from-json`` renders a score file written
+earlier (``engines score --json``) without touching the database.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from engines.commands.common import get_db, info
+from store.errors import InputError
+
+
+def build_score_json(
+    db: Any,
+    bench: str,
+    *,
+    corpus: str | None = None,
+    subset: str | None = None,
+    systems: list[str] | None = None,
+    profile: str = "main",
+) -> dict[str, Any]:
+    """Score ``bench`` with the project's one scorer and return the engines.score/1 dict."""
+    from scoring.results import score  # the scorer (issue 5)
+
+    result = score(db, bench, corpus=corpus, subset=subset, systems=systems or None, profile=profile)
+    return result.to_json()
+
+
+def read_score_json(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise InputError(f"score file {path} does not exist; write one with `engines score --bench B --json FILE`")
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a JSON score file ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a score file is a JSON object, got {type(data).__name__}")
+    return data
+
+
+def write_report(score_json: dict[str, Any], out: Path) -> Path:
+    from scoring.report_html import render_report
+
+    return render_report(score_json, out)
+
+
+def report_command(
+    ctx: typer.Context,
+    bench: Optional[str] = typer.Option(None, "--bench", "-b", help="Benchmark to score, e.g. mathlibqr."),
+    out: Path = typer.Option(Path("report"), "--out", "-o", help="Directory for index.html and report.json."),
+    corpus: Optional[str] = typer.Option(None, "--corpus", help="Corpus to resolve against (NAME or NAME@REVISION)."),
+    subset: Optional[str] = typer.Option(None, "--subset", help="Score only this named subset, e.g. shared171."),
+    system: Optional[list[str]] = typer.Option(None, "--system", help="Only these systems (repeatable)."),
+    profile: str = typer.Option("main", "--profile", help="Scoring profile."),
+    from_json: Optional[Path] = typer.Option(
+        None, "--from-json", help="Render this score JSON (engines.score/1) instead of scoring the database."
+    ),
+) -> None:
+    """Write a static HTML leaderboard (no server needed) with the score JSON beside it."""
+    if from_json is not None:
+        if bench or corpus or subset or system:
+            raise InputError("--from-json renders a finished score file; drop --bench/--corpus/--subset/--system")
+        score_json = read_score_json(from_json)
+    else:
+        if not bench:
+            raise InputError("which benchmark? pass --bench NAME (see `engines bench list`) or --from-json FILE")
+        score_json = build_score_json(
+            get_db(ctx), bench, corpus=corpus, subset=subset, systems=system, profile=profile
+        )
+    page = write_report(score_json, out)
+    if score_json.get("banner"):
+        info(f"note: {score_json['banner']}")
+    info(f"report: {len(score_json.get('systems') or [])} systems, {len(score_json.get('queries') or [])} queries")
+    typer.echo(str(page))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report_command)
