@@ -1,0 +1,130 @@
+"""The stand-ins' corpus and their deterministic lexical scorer.
+
+Tokens: split a text on anything that is not a letter or digit (so ``.`` and ``_``
+separate), split camelCase and letter/digit boundaries, lower-case, drop tokens of one
+character. A row has *name tokens* (its dotted name) and *text tokens* (signature and
+docstring). A query's score for a row counts each **distinct** query token once:
+2 if it is a name token of the row, else 1 if it is a text token, else 0. Rows with
+score 0 never appear; ties keep corpus row order. So a tiny corpus gives ranked lists
+that can be worked out by hand.
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from store.errors import InputError
+
+_WORD = re.compile(r"[^\W_]+")
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[^\W\d_])(?=\d)|(?<=\d)(?=[^\W\d_])")
+
+
+def tokenize(text: str | None) -> list[str]:
+    """``"Nat.add_comm (n m : ℕ)"`` → ``["nat", "add", "comm"]`` (one-character tokens dropped)."""
+    if not text:
+        return []
+    out = []
+    for word in _WORD.findall(text):
+        for part in _CAMEL.split(word):
+            if len(part) > 1:
+                out.append(part.lower())
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    """One corpus declaration, normalised from the LeanSearch v2 corpus schema."""
+
+    index: int  # 0-based position in the corpus (the tie-breaker)
+    name: str  # dotted
+    name_parts: tuple[str, ...]
+    module: str  # dotted, "" when unknown
+    module_parts: tuple[str, ...]
+    data: dict[str, Any]  # the original row
+
+    def get(self, key: str) -> Any:
+        return self.data.get(key)
+
+
+def _parts(value: Any, *, field: str, where: str, required: bool) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(p for p in value.split(".") if p) if value else ()
+    if isinstance(value, list) and all(isinstance(p, str) for p in value):
+        return tuple(value)
+    if value is None and not required:
+        return ()
+    raise InputError(f"corpus {where}: `{field}` must be a list of strings or a dotted string, got {value!r:.60}")
+
+
+def load_rows(corpus: Iterable[dict[str, Any]] | str | Path) -> list[Row]:
+    """Rows from a list of dicts or a ``.jsonl`` / ``.jsonl.gz`` file (LeanSearch v2 schema)."""
+    if isinstance(corpus, (str, Path)):
+        path = Path(corpus)
+        if not path.is_file():
+            raise InputError(f"stand-in corpus {path} does not exist; pass a .jsonl or .jsonl.gz file")
+        opener = gzip.open if path.name.endswith(".gz") else open
+        records = []
+        with opener(path, "rt", encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"stand-in corpus {path}:{lineno}: invalid JSON ({exc.msg}); fix or drop the line") from None
+        source = str(path)
+    else:
+        records = list(corpus)
+        source = "(list)"
+    rows = []
+    for i, rec in enumerate(records):
+        where = f"{source} row {i + 1}"
+        if not isinstance(rec, dict):
+            raise InputError(f"corpus {where}: expected an object, got {type(rec).__name__}")
+        name_parts = _parts(rec.get("name"), field="name", where=where, required=True)
+        if not name_parts:
+            raise InputError(f"corpus {where}: empty `name`")
+        mod_parts = _parts(rec.get("module_name"), field="module_name", where=where, required=False)
+        rows.append(Row(i, ".".join(name_parts), name_parts, ".".join(mod_parts), mod_parts, rec))
+    return rows
+
+
+class LexicalIndex:
+    """Inverted index over name tokens and text tokens; :meth:`search` is the ranking."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+        self._name: dict[str, list[int]] = defaultdict(list)
+        self._text: dict[str, list[int]] = defaultdict(list)
+        for row in rows:
+            for tok in set(tokenize(row.name)):
+                self._name[tok].append(row.index)
+            text = " ".join(s for s in (row.get("signature"), row.get("docstring")) if isinstance(s, str))
+            for tok in set(tokenize(text)):
+                self._text[tok].append(row.index)
+
+    def scores(self, query: str) -> dict[int, int]:
+        scores: dict[int, int] = defaultdict(int)
+        for tok in set(tokenize(query)):
+            in_name = self._name.get(tok, [])
+            for r in in_name:
+                scores[r] += 2
+            named = set(in_name)
+            for r in self._text.get(tok, []):
+                if r not in named:
+                    scores[r] += 1
+        return scores
+
+    def search(self, query: str, k: int | None = None) -> list[tuple[Row, int]]:
+        """The best ``k`` rows (all matches when None) as (row, score), best first."""
+        items = self.scores(query).items()
+        key = lambda kv: (-kv[1], kv[0])  # noqa: E731
+        ranked = sorted(items, key=key) if k is None else heapq.nsmallest(k, items, key=key)
+        return [(self.rows[r], s) for r, s in ranked]

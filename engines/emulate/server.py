@@ -1,0 +1,342 @@
+"""The stand-in HTTP server: a small HTTP/1.1 server on asyncio streams, rate limit, faults.
+
+One :class:`StandIn` serves one engine's API (:mod:`engines.emulate.apis`) over a real
+loopback socket, with keep-alive. It measures arrivals itself: every request is
+timestamped (``time.perf_counter``) when its headers have been read; a request that
+would make more than ``rate.n`` *admitted* requests fall within ``rate.period``
+seconds is answered the way that engine answers excess traffic (429, or Loogle's 503)
+and counted in ``stats.violations``. A client pacing exactly at the limit should keep
+a small safety margin, because arrival times include network jitter.
+
+Faults (:class:`FaultConfig`) are drawn per request from ``random.Random(f"{seed}:{i}")``
+where ``i`` is the request's arrival number, so a sequential client sees the same
+faults on the same requests for the same seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import struct
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from engines.base import Rate
+from engines.emulate.apis import APIS, Mods, Reply, Request, parse_query_string
+from engines.emulate.scorer import LexicalIndex, Row, load_rows
+from store.errors import InputError
+
+RESET = "reset"
+HANG = "timeout"
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """Fault switches: probabilities in [0, 1] per request, plus latency and a 405 window.
+
+    - ``latency``: seconds added before answering (to a ``latency_p`` share of requests);
+    - ``error_5xx``: 500, 502 (HTML from a proxy) or 503 (for Loogle: the overload answer);
+    - ``reset``: the connection is reset (RST) without an answer;
+    - ``timeout``: no answer at all, the connection stays open until the client gives up;
+    - ``malformed_json``, ``truncated``: status 200, JSON broken / cut in half;
+    - ``html_200``: an HTML maintenance page with status 200;
+    - ``schema_drift``: the name field of every hit is renamed;
+    - ``duplicates``: one hit is repeated later in the list;
+    - ``maintenance``: requests number ``start <= i < stop`` (0-based arrivals) get 405.
+    """
+
+    latency: float = 0.0
+    latency_p: float = 1.0
+    error_5xx: float = 0.0
+    reset: float = 0.0
+    timeout: float = 0.0
+    malformed_json: float = 0.0
+    truncated: float = 0.0
+    html_200: float = 0.0
+    schema_drift: float = 0.0
+    duplicates: float = 0.0
+    maintenance: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("latency_p", "error_5xx", "reset", "timeout", "malformed_json", "truncated",
+                     "html_200", "schema_drift", "duplicates"):
+            p = getattr(self, name)
+            if not 0.0 <= p <= 1.0:
+                raise InputError(f"fault {name}={p} is not a probability in [0, 1]")
+        if self.latency < 0:
+            raise InputError(f"fault latency={self.latency} must be >= 0 seconds")
+
+
+@dataclass
+class Stats:
+    """What the server saw. ``violations`` = requests over the rate limit."""
+
+    requests: int = 0
+    violations: int = 0
+    served: int = 0  # 200 answers carrying results
+    receive_times: list[float] = field(default_factory=list)
+    statuses: Counter = field(default_factory=Counter)
+    faults: Counter = field(default_factory=Counter)
+    log: list[dict[str, Any]] = field(default_factory=list)  # one entry per request, in arrival order
+
+
+class StandIn:
+    """A loopback stand-in for ``engine``: ``async with StandIn(...) as srv`` or ``with StandIn(...).in_thread() as srv``."""
+
+    def __init__(
+        self,
+        engine: str,
+        corpus: Iterable[dict[str, Any]] | str | Path,
+        rate: Rate | None = None,
+        faults: FaultConfig | None = None,
+        seed: int = 0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        if engine not in APIS:
+            raise InputError(f"unknown engine {engine!r} for a stand-in; known: {', '.join(APIS)}")
+        self.engine = engine
+        self.rows: list[Row] = load_rows(corpus)
+        self.index = LexicalIndex(self.rows)
+        self.api = APIS[engine](self.index)
+        self.rate = rate
+        self.faults = faults or FaultConfig()
+        self.seed = seed
+        self.host = host
+        self.port = port
+        self.maintenance = False  # switch a 405 window on and off at run time
+        self.stats = Stats()
+        self._admitted: deque[float] = deque()
+        self._server: asyncio.base_events.Server | None = None
+        self._conns: set[asyncio.Task] = set()
+
+    # ---------------------------------------------------------------- lifecycle
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The base URL to give this engine's adapter (LeanExplore's includes ``/api/v2``)."""
+        return self.root_url + ("/api/v2" if self.engine == "leanexplore" else "")
+
+    async def start(self) -> "StandIn":
+        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._conns):
+            task.cancel()
+        if self._conns:
+            await asyncio.gather(*self._conns, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+
+    async def __aenter__(self) -> "StandIn":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @contextlib.contextmanager
+    def in_thread(self) -> Iterator["StandIn"]:
+        """Serve from a background thread with its own event loop (for sync code and subprocess clients)."""
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start())
+            except BaseException as exc:  # reported to the caller below
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+
+        thread = threading.Thread(target=run, name=f"standin-{self.engine}", daemon=True)
+        thread.start()
+        ready.wait()
+        if failure:
+            thread.join()
+            loop.close()
+            raise failure[0]
+        try:
+            yield self
+        finally:
+            asyncio.run_coroutine_threadsafe(self.stop(), loop).result(timeout=10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            loop.close()
+
+    def serve_forever(self) -> None:
+        """Block serving until interrupted (the CLI)."""
+        async def main() -> None:
+            await self.start()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await self.stop()
+
+        asyncio.run(main())
+
+    # ---------------------------------------------------------------- HTTP
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._conns.add(task)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                    return
+                arrival = time.perf_counter()
+                try:
+                    req, keep_alive = await self._read_request(head, reader)
+                except (ValueError, asyncio.IncompleteReadError):
+                    await self._write(writer, Reply(400, b"Bad Request", content_type="text/plain"), False)
+                    return
+                outcome = await self._respond(req, arrival)
+                if outcome == RESET:
+                    sock = writer.get_extra_info("socket")
+                    if sock is not None:
+                        # SO_LINGER 0: close() sends RST, the client sees a reset, not EOF.
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    writer.transport.abort()
+                    return
+                if outcome == HANG:
+                    with contextlib.suppress(ConnectionError):
+                        await reader.read()  # until the client gives up (or the server stops)
+                    return
+                assert isinstance(outcome, Reply)
+                keep_alive = keep_alive and outcome.headers.get("Connection") != "close"
+                await self._write(writer, outcome, keep_alive)
+                if not keep_alive:
+                    return
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._conns.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _read_request(self, head: bytes, reader: asyncio.StreamReader) -> tuple[Request, bool]:
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, version = lines[0].split(" ", 2)
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if line:
+                key, _, value = line.partition(":")
+                headers[key.strip().lower()] = value.strip()
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                data = await reader.readexactly(size + 2)
+                if size == 0:
+                    break
+                chunks.append(data[:-2])
+            body = b"".join(chunks)
+        else:
+            n = int(headers.get("content-length") or 0)
+            body = await reader.readexactly(n) if n else b""
+        path, _, raw_query = target.partition("?")
+        conn = headers.get("connection", "").lower()
+        keep_alive = conn != "close" if version == "HTTP/1.1" else conn == "keep-alive"
+        return Request(method.upper(), path, parse_query_string(raw_query), headers, body), keep_alive
+
+    async def _write(self, writer: asyncio.StreamWriter, reply: Reply, keep_alive: bool) -> None:
+        reason = HTTPStatus(reply.status).phrase if reply.status in HTTPStatus._value2member_map_ else ""
+        head = [f"HTTP/1.1 {reply.status} {reason}", f"Content-Type: {reply.content_type}",
+                f"Content-Length: {len(reply.body)}", "Server: engines-stand-in",
+                f"Connection: {'keep-alive' if keep_alive else 'close'}"]
+        head += [f"{k}: {v}" for k, v in reply.headers.items() if k != "Connection"]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + reply.body)
+        await writer.drain()
+
+    # ---------------------------------------------------------------- behaviour
+    def _over_limit(self, now: float) -> float | None:
+        """None when admitted; else seconds until the window has room again."""
+        if self.rate is None:
+            return None
+        window = self._admitted
+        while window and window[0] <= now - self.rate.period:
+            window.popleft()
+        if len(window) >= self.rate.n:
+            return window[0] + self.rate.period - now
+        window.append(now)
+        return None
+
+    async def _respond(self, req: Request, arrival: float) -> Reply | str:
+        st = self.stats
+        i = st.requests
+        st.requests += 1
+        st.receive_times.append(arrival)
+        entry: dict[str, Any] = {"i": i, "t": arrival, "method": req.method, "path": req.path, "fault": None}
+        st.log.append(entry)
+        f = self.faults
+        rng = random.Random(f"{self.seed}:{i}")
+        # Fixed number of draws per request, so each fault's outcome for request i
+        # depends only on (seed, i) and not on which other faults are switched on.
+        u = {k: rng.random() for k in ("latency", "reset", "timeout", "error_5xx", "html_200",
+                                        "malformed_json", "truncated", "schema_drift", "duplicates")}
+        status_pick = rng.choice((500, 502, 503))
+        dup_rng = random.Random(rng.random())
+
+        wait = self._over_limit(arrival)
+        fault: str | None = None
+        if wait is not None:
+            st.violations += 1
+            reply: Reply | str = self.api.rate_limited(wait)
+            fault = "rate_limited"
+        elif self.maintenance or (f.maintenance and f.maintenance[0] <= i < f.maintenance[1]):
+            reply, fault = self.api.maintenance(), "maintenance"
+        elif u["reset"] < f.reset:
+            reply, fault = RESET, "reset"
+        elif u["timeout"] < f.timeout:
+            reply, fault = HANG, "timeout"
+        elif u["error_5xx"] < f.error_5xx:
+            reply, fault = self.api.server_error(status_pick), "error_5xx"
+        elif u["html_200"] < f.html_200:
+            reply, fault = self.api.html_page(), "html_200"
+        else:
+            mods = Mods(drift=u["schema_drift"] < f.schema_drift,
+                        duplicate=dup_rng if u["duplicates"] < f.duplicates else None)
+            reply = self.api.handle(req, mods)
+            if reply.served and mods.drift:
+                fault = "schema_drift"
+            elif reply.served and mods.duplicate is not None:
+                fault = "duplicates"
+            if reply.status == 200 and reply.served:
+                if u["malformed_json"] < f.malformed_json:
+                    # A body that is JSON-shaped but broken in the middle.
+                    cut = max(1, len(reply.body) // 2)
+                    reply = Reply(200, reply.body[:cut] + b"}{,]" + reply.body[cut:])
+                    fault = "malformed_json"
+                elif u["truncated"] < f.truncated:
+                    reply = Reply(200, reply.body[: max(1, len(reply.body) // 2)], headers={"Connection": "close"})
+                    fault = "truncated"
+        if fault:
+            st.faults[fault] += 1
+            entry["fault"] = fault
+        if f.latency > 0 and u["latency"] < f.latency_p and reply != RESET:
+            await asyncio.sleep(f.latency)
+        if isinstance(reply, Reply):
+            st.statuses[reply.status] += 1
+            entry["status"] = reply.status
+            if reply.served:
+                st.served += 1
+        return reply
