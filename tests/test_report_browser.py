@@ -1,0 +1,120 @@
+"""The report in a real browser: headless Chromium lays the page out, runs its filter
+script, and takes a screenshot kept under test-artifacts/ (git-ignored).
+
+A probe script appended to a copy of the page measures what the browser actually
+rendered (row boxes, SVG path lengths, the filter's effect) and writes it into the DOM,
+which ``--dump-dom`` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from scoring.report_html import render_report
+from tests.test_report import synthetic_score
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+
+PROBE = """
+<script>
+(function(){
+  var out = {};
+  var rows = document.querySelectorAll('table.board tbody tr');
+  out.board_rows = rows.length;
+  out.board_row_heights = Array.prototype.map.call(rows, function(r){ return r.getBoundingClientRect().height; });
+  out.curves = Array.prototype.map.call(document.querySelectorAll('svg.curve'), function(svg){
+    var r = svg.getBoundingClientRect();
+    return {metric: svg.dataset.metric, width: r.width, height: r.height,
+            lines: Array.prototype.map.call(svg.querySelectorAll('path.line'), function(p){ return p.getTotalLength(); }),
+            bands: Array.prototype.map.call(svg.querySelectorAll('polygon.band'), function(p){
+              var b = p.getBBox(); return b.width * b.height; })};
+  });
+  var qrows = document.querySelectorAll('#queries-table tbody tr');
+  out.query_rows = qrows.length;
+  var f = document.getElementById('qfilter');
+  f.value = 'Q12_'; f.dispatchEvent(new Event('input'));
+  out.visible_after_filter = Array.prototype.filter.call(qrows, function(r){ return r.style.display !== 'none'; }).length;
+  out.count_text = document.getElementById('qcount').textContent;
+  f.value = ''; f.dispatchEvent(new Event('input'));
+  var st = document.getElementById('qstate'); st.value = 'none'; st.dispatchEvent(new Event('change'));
+  out.visible_missed = Array.prototype.filter.call(qrows, function(r){ return r.style.display !== 'none'; }).length;
+  st.value = ''; st.dispatchEvent(new Event('change'));
+  var banner = document.querySelector('.banner');
+  out.banner = banner ? banner.textContent : null;
+  out.banner_height = banner ? banner.getBoundingClientRect().height : 0;
+  var pre = document.createElement('pre'); pre.id = 'probe'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>
+"""
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("headless Chromium not found: install Debian's `chromium` (.ci/run does when missing)")
+    return exe
+
+
+def run_chromium(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess:
+    cmd = [
+        chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--window-size=1280,2000", *args, url,
+    ]
+    return subprocess.run(cmd, capture_output=True, timeout=120, check=False)
+
+
+def test_report_renders_in_headless_chromium(tmp_path):
+    score = synthetic_score(n_queries=90, unanswered={"bm25": ("Q1_q1c_natural",)})
+    page = render_report(score, tmp_path / "report")
+    probed = tmp_path / "report" / "probe.html"
+    probed.write_text(page.read_text("utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8")
+
+    dom = run_chromium(tmp_path, probed.as_uri(), "--dump-dom", "--virtual-time-budget=5000")
+    assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
+    m = re.search(r'<pre id="probe">(.*?)</pre>', dom.stdout.decode("utf-8"), re.S)
+    assert m, "the probe script did not run"
+    probe = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+
+    n_sys = len(score["systems"])
+    assert probe["board_rows"] == n_sys
+    assert all(h > 20 for h in probe["board_row_heights"])
+    by_metric = {c["metric"]: c for c in probe["curves"]}
+    assert set(by_metric) == {"R", "nDCG"}
+    for c in by_metric.values():
+        assert c["width"] > 300 and c["height"] > 150
+        assert len(c["lines"]) == n_sys and all(length > 50 for length in c["lines"])
+        assert len(c["bands"]) == n_sys and all(area > 0 for area in c["bands"])
+    assert probe["query_rows"] == 90
+    # qids Q12_*, Q120_... : only Q12 exists among 90 queries
+    assert probe["visible_after_filter"] == 1
+    assert probe["count_text"] == "1 of 90 queries"
+    expected_missed = sum(
+        1 for q in score["queries"]
+        if any(q["qid"] in s["per_query"] for s in score["systems"])
+        and all(s["per_query"][q["qid"]]["positions"][0] is None for s in score["systems"] if q["qid"] in s["per_query"])
+    )
+    assert probe["visible_missed"] == expected_missed
+    assert "development slice — not a result" in probe["banner"]
+    assert probe["banner_height"] > 20
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report-synthetic.png"
+    res = run_chromium(tmp_path, page.as_uri(), f"--screenshot={shot}")
+    assert res.returncode == 0, res.stderr.decode(errors="replace")[-2000:]
+    from PIL import Image
+
+    with Image.open(shot) as img:
+        assert img.size == (1280, 2000)
+        colours = img.convert("RGB").getcolors(maxcolors=1 << 20)
+    # a blank or error page has a handful of colours; the report has text, bands and lines
+    assert colours is not None and len(colours) > 200
