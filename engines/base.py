@@ -64,7 +64,7 @@ def parse_rate(text: str) -> Rate:
     from store.errors import InputError
 
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]*)\s*", str(text).lower())
-    if not m or m.group(3) not in _RATE_UNITS:
+    if not m or m.group(3) not in _RATE_UNITS or not (m.group(2) or m.group(3)):
         raise InputError(
             f"invalid rate {text!r}: expected N/PERIOD like '3/30s', '1/s', '24/60s' or '5/1m'"
         )

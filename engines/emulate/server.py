@@ -285,7 +285,11 @@ class StandIn:
         i = st.requests
         st.requests += 1
         st.receive_times.append(arrival)
-        entry: dict[str, Any] = {"i": i, "t": arrival, "method": req.method, "path": req.path, "fault": None}
+        entry: dict[str, Any] = {
+            "i": i, "t": arrival, "method": req.method, "path": req.path, "fault": None,
+            "user_agent": req.headers.get("user-agent"),
+            "authorization": "authorization" in req.headers,  # presence only: never keep a secret
+        }
         st.log.append(entry)
         f = self.faults
         rng = random.Random(f"{self.seed}:{i}")
