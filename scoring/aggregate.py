@@ -1,0 +1,147 @@
+"""Aggregation: metric names → per-query arrays → macro means, CIs, curves, breakdowns.
+
+A small registry maps each metric family to the per-query array it reads from
+:class:`scoring.metrics.Curves`; names print in ir_measures' canonical form (``nDCG@10``,
+``R@10``, ``P@10``, ``Success@10``) plus ``MRR`` / ``MAP`` for the means of RR / AP,
+and common aliases are accepted on input (``ndcg@10``, ``Recall@10``, ``RR``, ``AP``).
+
+Every aggregate is a macro mean over the scored queries (|G| > 0); unanswered queries are
+already zeros in the arrays. For a row whose service returns at most N results, every
+metric at k > N is undefined (None), never flat; RR and AP are whole-list measures and
+stay defined.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from scoring.bootstrap import Bootstrap
+from scoring.metrics import PR_LEVELS, Curves
+
+TABLE_METRICS = ("nDCG@10", "R@1", "R@5", "R@10", "R@50", "R@100", "MRR", "MAP")
+# MathlibMPR's paper reports k in {5, 10, 20, 30, 50} (BENCHMARKS.md §3.4).
+MULTI_GOLD_EXTRA = tuple(
+    f"{fam}@{k}" for k in (5, 10, 20, 30, 50) for fam in ("R", "P", "Covered", "covered_paper")
+)
+SINGLE_GOLD_EXTRA = ("nDCG@1", "nDCG@5", "R@20", "R@200")
+
+_FAMILIES: dict[str, Callable[[Curves, int], np.ndarray]] = {
+    "R": lambda c, k: c.recall[:, k - 1],
+    "P": lambda c, k: c.precision[:, k - 1],
+    "nDCG": lambda c, k: c.ndcg[:, k - 1],
+    "Success": lambda c, k: (c.recall[:, k - 1] > 0).astype(np.float64),
+    "Covered": lambda c, k: c.covered[:, k - 1],
+    "covered_paper": lambda c, k: c.covered_paper[:, k - 1],
+}
+_WHOLE_LIST: dict[str, Callable[[Curves], np.ndarray]] = {"MRR": lambda c: c.rr, "MAP": lambda c: c.ap}
+_ALIASES = {
+    "ndcg": "nDCG", "ndcg_cut": "nDCG", "r": "R", "recall": "R", "p": "P", "precision": "P",
+    "success": "Success", "covered": "Covered", "covered_strict": "Covered", "covered_paper": "covered_paper",
+    "mrr": "MRR", "rr": "MRR", "recip_rank": "MRR", "map": "MAP", "ap": "MAP",
+}
+
+
+def canonical(name: str) -> tuple[str, int | None]:
+    """('nDCG', 10) for 'ndcg@10' / 'nDCG_cut_10'; ('MRR', None) for 'RR'. ValueError otherwise."""
+    m = re.fullmatch(r"\s*([A-Za-z_]+?)(?:[@_](\d+))?\s*", name)
+    if not m:
+        raise ValueError(f"unknown metric {name!r}")
+    fam = _ALIASES.get(m.group(1).lower(), m.group(1))
+    k = int(m.group(2)) if m.group(2) else None
+    if fam in _WHOLE_LIST and k is None:
+        return fam, None
+    if fam in _FAMILIES and k is not None and k >= 1:
+        return fam, k
+    raise ValueError(f"unknown metric {name!r} (examples: nDCG@10, R@10, P@10, Success@10, MRR, MAP)")
+
+
+def metric_label(fam: str, k: int | None) -> str:
+    return fam if k is None else f"{fam}@{k}"
+
+
+def per_query(curves: Curves, name: str) -> np.ndarray:
+    fam, k = canonical(name)
+    if k is None:
+        return _WHOLE_LIST[fam](curves)
+    if k > curves.k_max:
+        raise ValueError(f"{name}: k above k_max = {curves.k_max}")
+    return _FAMILIES[fam](curves, k)
+
+
+def defined(name: str, cap: int | None) -> bool:
+    """False when the metric looks beyond a result cap N (k > N)."""
+    _, k = canonical(name)
+    return cap is None or k is None or k <= cap
+
+
+def _f(x: Any) -> float | None:
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+def summarize(curves: Curves, boot: Bootstrap, names: Sequence[str], cap: int | None) -> dict[str, dict[str, Any]]:
+    """{name: {"value": mean, "ci": [lo, hi]}} with None above the cap."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if not defined(name, cap) or boot.n == 0:
+            out[name] = {"value": None, "ci": None}
+            continue
+        x = per_query(curves, name)
+        lo, hi = boot.interval(x)
+        out[name] = {"value": _f(x.mean()), "ci": [_f(lo), _f(hi)]}
+    return out
+
+
+def _capped(values: np.ndarray, cap: int | None) -> list[float | None]:
+    return [(_f(v) if cap is None or k <= cap else None) for k, v in enumerate(values, start=1)]
+
+
+def curve_block(curves: Curves, boot: Bootstrap, cap: int | None, multi_gold: bool) -> dict[str, Any]:
+    """Full curves k = 1 … k_max with CI bands for R and nDCG; P and Covered on multi-gold tasks."""
+    n = boot.n
+    out: dict[str, Any] = {"k": list(range(1, curves.k_max + 1))}
+    for key, arr in (("R", curves.recall), ("nDCG", curves.ndcg)):
+        mean = arr.mean(axis=0) if n else np.full(curves.k_max, np.nan)
+        lo, hi = boot.interval(arr)
+        out[key], out[f"{key}_lo"], out[f"{key}_hi"] = _capped(mean, cap), _capped(lo, cap), _capped(hi, cap)
+    if multi_gold:
+        for key, arr in (("P", curves.precision), ("Covered", curves.covered), ("Covered_paper", curves.covered_paper)):
+            out[key] = _capped(arr.mean(axis=0) if n else np.full(curves.k_max, np.nan), cap)
+    else:
+        # P@k is mechanically R@k / k with one gold: not shown (METHODOLOGY.md).
+        out["P"] = None
+        out["Covered"] = None
+    return out
+
+
+def pr_block(curves: Curves) -> dict[str, list[float | None]]:
+    """Macro-averaged 11-point interpolated precision."""
+    prec = curves.pr.mean(axis=0) if curves.pr.shape[0] else np.full(len(PR_LEVELS), np.nan)
+    return {"recall": list(PR_LEVELS), "precision": [_f(v) for v in prec]}
+
+
+def breakdown(
+    values: dict[str, np.ndarray], groups: Sequence[str | None], cap: int | None
+) -> dict[str, dict[str, Any]]:
+    """Per group value: n and the mean of each named per-query array (None above the cap)."""
+    keys = sorted({g for g in groups if g is not None})
+    garr = np.asarray([g if g is not None else "" for g in groups], dtype=object)
+    out: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        mask = garr == key
+        cell: dict[str, Any] = {"n": int(mask.sum())}
+        for name, arr in values.items():
+            cell[name] = _f(arr[mask].mean()) if defined_any(name, cap) and mask.any() else None
+        out[key] = cell
+    return out
+
+
+def defined_any(name: str, cap: int | None) -> bool:
+    try:
+        return defined(name, cap)
+    except ValueError:  # profile metrics (MAMUT) have no k
+        return True

@@ -1,0 +1,582 @@
+"""``score()``: one scorer for every row, from the database only, to a :class:`ScoreResult`.
+
+Flow (METHODOLOGY.md): pick the benchmark's queries (primary styles by default) and the
+scope (a subset, or the gold names shared by several corpora) → resolve gold names and
+every system's hits against the one chosen corpus → store positions per (system, query,
+gold unit) → read them back as the only metric input → per-query arrays → macro means,
+bootstrap CIs, curves, breakdowns, paired comparisons. ``ScoreResult.to_json()`` is the
+``engines.score/1`` document the HTML report and the TREC export read.
+
+A *system* is (engine configuration, epoch). Its ``id`` is the configuration's label,
+suffixed with ``@e<epoch>`` when the configuration has several epochs, and with the
+config hash prefix when two configurations share a label.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import sqlalchemy as sa
+
+from scoring import aggregate as agg
+from scoring.bootstrap import Bootstrap, RESAMPLES, SEED, CI
+from scoring.mamut import MAMUT_METRICS, PROFILES as MAMUT_PROFILES, SKLEARN_METRICS, profile_query
+from scoring.metrics import K_MAX, QueryMatrix, per_query_curves
+from scoring.positions import QueryRec, UnitRec, ensure_positions, load_queries, read_positions, resolvable_units
+from scoring.resolve import NOT_IN_CORPUS, RESOLVED, _chunks, names_in_corpus, resolution_counts, resolve_hits
+from store.benchmarks import find_benchmark
+from store.db import Database
+from store.errors import InputError
+from store.models import Answer, Corpus, EngineConfig, Subset, SubsetMember
+
+SCHEMA = "engines.score/1"
+PROFILES = ("main",) + MAMUT_PROFILES
+BREAKDOWN_DIMS = ("style", "kind", "difficulty")
+COMPARE_METRICS = ("nDCG@10", "R@1", "R@10", "MRR", "MAP")
+SLICE_BANNER = "development slice — not a result"
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class SystemRef:
+    config_id: int
+    epoch: int
+    id: str
+    label: str
+    engine: str
+    endpoint_version: str
+    config_hash: str
+    params: dict[str, Any]
+    local: bool
+    licence: str | None
+    result_cap: int | None
+
+
+@dataclass
+class SystemScore:
+    ref: SystemRef
+    n: int
+    dropped: int
+    unanswered: int
+    badges: list[str]
+    latency_p95_ms: float | None
+    resolution: dict[str, int]
+    coverage: float | None
+    metrics: dict[str, dict[str, Any]]
+    curves: dict[str, Any] | None
+    pr: dict[str, Any] | None
+    breakdowns: dict[str, dict[str, Any]]
+    per_query: dict[str, dict[str, Any]]
+    arrays: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # per-query, for comparisons
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.ref
+        return {
+            "id": r.id,
+            "label": r.label,
+            "engine": r.engine,
+            "endpoint_version": r.endpoint_version,
+            "config_hash": r.config_hash,
+            "params": r.params,
+            "epoch": r.epoch,
+            "local": r.local,
+            "licence": r.licence,
+            "result_cap": r.result_cap,
+            "n": self.n,
+            "dropped": self.dropped,
+            "unanswered": self.unanswered,
+            "badges": self.badges,
+            "latency_p95_ms": self.latency_p95_ms,
+            "resolution": self.resolution,
+            "coverage": self.coverage,
+            "metrics": self.metrics,
+            "curves": self.curves,
+            "pr": self.pr,
+            "breakdowns": self.breakdowns,
+            "per_query": self.per_query,
+        }
+
+
+@dataclass
+class ScoreResult:
+    generated_at: str
+    code_version: str
+    k_max: int
+    bootstrap: dict[str, Any]
+    profile: str
+    benchmark: dict[str, Any]
+    corpus: dict[str, Any]
+    subset: str | None
+    banner: str | None
+    systems: list[SystemScore]
+    queries: list[dict[str, Any]]
+    comparisons: list[dict[str, Any]]
+    scope: dict[str, Any]
+    table_metrics: tuple[str, ...]
+
+    def system(self, sid: str) -> SystemScore:
+        for s in self.systems:
+            if s.ref.id == sid:
+                return s
+        raise KeyError(sid)
+
+    def to_json(self) -> dict[str, Any]:
+        return _clean(
+            {
+                "schema": SCHEMA,
+                "generated_at": self.generated_at,
+                "code_version": self.code_version,
+                "k_max": self.k_max,
+                "bootstrap": self.bootstrap,
+                "profile": self.profile,
+                "benchmark": self.benchmark,
+                "corpus": self.corpus,
+                "subset": self.subset,
+                "banner": self.banner,
+                "scope": self.scope,
+                "table_metrics": list(self.table_metrics),
+                "systems": [s.to_json() for s in self.systems],
+                "queries": self.queries,
+                "comparisons": self.comparisons,
+            }
+        )
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe: NaN → None, numpy scalars → Python."""
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return None if math.isnan(f) or math.isinf(f) else f
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def write_json(result: ScoreResult, path: str | Path) -> Path:
+    """Write ``result.to_json()`` atomically (temp file, then rename)."""
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        raise InputError(f"directory {path.parent} for --json {path} does not exist; create it first")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result.to_json(), ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# --------------------------------------------------------------------- selection
+
+
+def pick_corpus(session: sa.orm.Session, spec: str | None) -> Corpus:
+    """``name`` or ``name@revision``; with none given, the only loaded corpus."""
+    rows = list(session.execute(sa.select(Corpus).order_by(Corpus.id)).scalars())
+    listing = ", ".join(f"{c.name}@{c.revision}" for c in rows) or "none"
+    if spec is None:
+        if len(rows) == 1:
+            return rows[0]
+        if not rows:
+            raise InputError("no corpus is loaded; load one with `engines corpus load SRC --name NAME`")
+        raise InputError(f"several corpora are loaded ({listing}); choose one with --corpus NAME[@REVISION]")
+    name, _, rev = spec.partition("@")
+    found = [c for c in rows if c.name == name and (not rev or c.revision == rev)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise InputError(f"no corpus {spec!r} in the database (loaded: {listing})")
+    raise InputError(f"corpus {spec!r} has several revisions ({listing}); name one as NAME@REVISION")
+
+
+def read_name_list(path: Path) -> set[str]:
+    """Names of an engine's own corpus snapshot: a JSON list, or one name per line (# comments)."""
+    from store.names import normalize_name
+
+    if not path.exists():
+        raise InputError(f"name list {path} does not exist (expected a corpus name in the database or a file)")
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{exc.lineno}: invalid JSON name list ({exc.msg})") from None
+        if not isinstance(items, list):
+            raise InputError(f"{path}: a JSON name list must be a list of names")
+    else:
+        items = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    names = {n for n in (normalize_name(x) for x in items) if n}
+    if not names:
+        raise InputError(f"{path}: no names in the file")
+    return names
+
+
+def _names_of(session: sa.orm.Session, spec: str, gold: set[str]) -> tuple[str, set[str]]:
+    """Gold names present in a named corpus of the database, or in a name-list file."""
+    path = Path(spec).expanduser()
+    if path.suffix in (".txt", ".json", ".lst") or path.exists():
+        return path.name, read_name_list(path) & gold
+    corpus = pick_corpus(session, spec)
+    return f"{corpus.name}@{corpus.revision}", names_in_corpus(session, corpus.id, gold)
+
+
+def _find_systems(session: sa.orm.Session, shas: Sequence[str]) -> list[SystemRef]:
+    a, c = Answer.__table__, EngineConfig.__table__
+    pairs: set[tuple[int, int]] = set()
+    for chunk in _chunks(list(shas)):
+        pairs.update(
+            session.execute(sa.select(a.c.config_id, a.c.epoch).where(a.c.query_sha256.in_(chunk)).distinct()).tuples()
+        )
+    if not pairs:
+        return []
+    configs = {
+        row.id: row
+        for row in session.execute(sa.select(c).where(c.c.id.in_(sorted({p[0] for p in pairs}))))
+    }
+    epochs: dict[int, int] = {}
+    for cid, _ in pairs:
+        epochs[cid] = epochs.get(cid, 0) + 1
+    label_count: dict[str, int] = {}
+    for cid in {p[0] for p in pairs}:
+        label_count[configs[cid].label] = label_count.get(configs[cid].label, 0) + 1
+    out = []
+    for cid, epoch in sorted(pairs, key=lambda p: (configs[p[0]].label, p[0], p[1])):
+        cfg = configs[cid]
+        sid = cfg.label if label_count[cfg.label] == 1 else f"{cfg.label}#{cfg.config_hash[:8]}"
+        if epochs[cid] > 1:
+            sid += f"@e{epoch}"
+        out.append(
+            SystemRef(
+                config_id=cid, epoch=epoch, id=sid, label=cfg.label, engine=cfg.engine,
+                endpoint_version=cfg.endpoint_version, config_hash=cfg.config_hash, params=cfg.params or {},
+                local=bool(cfg.local), licence=cfg.licence, result_cap=cfg.result_cap,
+            )
+        )
+    return out
+
+
+def _select_systems(found: list[SystemRef], wanted: Sequence[str] | None) -> list[SystemRef]:
+    if not wanted:
+        return found
+    out: list[SystemRef] = []
+    for w in wanted:
+        hits = [s for s in found if w in (s.id, s.label) or (len(w) >= 6 and s.config_hash.startswith(w))]
+        if not hits:
+            known = ", ".join(s.id for s in found) or "none"
+            raise InputError(f"no system {w!r} has answers for this benchmark (systems: {known})")
+        out.extend(h for h in hits if h not in out)
+    return out
+
+
+# ------------------------------------------------------------------------ scoring
+
+
+def score(
+    db: Database,
+    bench_name: str,
+    corpus: str | None = None,
+    subset: str | None = None,
+    systems: Sequence[str] | None = None,
+    by: Sequence[str] | str | None = None,
+    compare: Sequence[Sequence[str]] | Sequence[str] | None = None,
+    profile: str = "main",
+    *,
+    shared_with: Sequence[str] | None = None,
+    snapshots: dict[str, str] | None = None,
+    styles: Sequence[str] | None = None,
+    k_max: int = K_MAX,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> ScoreResult:
+    """Score every system (or the named ones) on a benchmark against one corpus.
+
+    ``styles``: None = the benchmark's primary styles, ``["all"]`` = every style, or a list.
+    ``subset``: a loaded subset name (gold names, e.g. ``shared171``, or target ids).
+    ``shared_with``: corpora (``NAME[@REV]``) or name-list files; the scope becomes the gold
+    names present in the scoring corpus and every one of these. ``snapshots``: system id →
+    corpus or name-list file of the snapshot that engine searches (coverage column and
+    "different corpus" badge). ``compare``: one pair ``(A, B)`` or a list of pairs.
+    ``by`` only selects which breakdowns a table prints; the JSON carries all of them.
+    """
+    if profile not in PROFILES:
+        raise InputError(f"unknown scoring profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    if subset and shared_with:
+        raise InputError("--subset and --shared-with both define the query scope; pass one of them")
+    if not 1 <= k_max <= 10_000:
+        raise InputError(f"k_max must be between 1 and 10000, got {k_max}")
+    from engines import code_version
+
+    bench = find_benchmark(db, bench_name)
+    pairs = _pairs(compare)
+    with db.session() as s:
+        corp = pick_corpus(s, corpus)
+        all_queries = load_queries(s, bench.id)
+        queries = _filter_styles(all_queries, styles, bench.name)
+        gold = {nm for q in queries for u in q.units for nm in u.names}
+        present = names_in_corpus(s, corp.id, gold)
+
+        # Scope: which queries and units are in play before the corpus is consulted.
+        scope_desc: dict[str, Any] = {"styles": sorted({q.style for q in queries})}
+        allowed: set[str] | None = None
+        targets: set[str] | None = None
+        if subset:
+            sub = s.execute(sa.select(Subset).where(Subset.name == subset)).scalar_one_or_none()
+            if sub is None:
+                names = ", ".join(s.execute(sa.select(Subset.name).order_by(Subset.name)).scalars()) or "none"
+                raise InputError(f"no subset named {subset!r} (loaded: {names}); load it with `engines bench load --shipped`")
+            members = set(s.execute(sa.select(SubsetMember.member).where(SubsetMember.subset_id == sub.id)).scalars())
+            if sub.member_kind == "target_id":
+                targets = members
+            else:
+                allowed = members
+            scope_desc["subset"] = {"name": subset, "member_kind": sub.member_kind, "members": len(members)}
+        if shared_with:
+            allowed = set(present)
+            sources = [f"{corp.name}@{corp.revision}"]
+            for spec in shared_with:
+                label, names = _names_of(s, spec, gold)
+                allowed &= names
+                sources.append(label)
+            scope_desc["shared_with"] = sources
+            scope_desc["shared_gold_names"] = len(allowed)
+            subset = "shared(" + ", ".join(sources) + ")"
+
+        in_scope: list[tuple[QueryRec, list[UnitRec]]] = []
+        for q in queries:
+            if targets is not None and q.target_id not in targets:
+                continue
+            units = [u for u in q.units if allowed is None or any(nm in allowed for nm in u.names)]
+            if units:
+                in_scope.append((q, units))
+
+        scored: list[tuple[QueryRec, list[tuple[UnitRec, tuple[str, ...]]]]] = []
+        dropped_qids: list[str] = []
+        unresolved_units = 0
+        for q, units in in_scope:
+            keep = [(u, names) for u, names in resolvable_units(q, present) if u in units]
+            unresolved_units += len(units) - len(keep)
+            if keep:
+                scored.append((q, keep))
+            else:
+                dropped_qids.append(q.qid)
+        n, dropped = len(scored), len(dropped_qids)
+        scope_desc.update({"in_scope": len(in_scope), "dropped_qids": dropped_qids, "unresolved_units": unresolved_units})
+
+        scope_shas = sorted({q.sha for q, _ in in_scope})
+        refs = _select_systems(_find_systems(s, scope_shas), systems)
+        snap_names = _snapshot_names(s, snapshots or {}, refs, gold)
+
+    boot = Bootstrap.draw(n, resamples=resamples, seed=seed)
+    scored_queries = [q for q, _ in scored]
+    # Resolve and store positions per system (one transaction each), then read them back.
+    system_scores: list[SystemScore] = []
+    for ref in refs:
+        with db.session() as s, s.begin():
+            changed = resolve_hits(s, corp.id, ref.config_id, ref.epoch, scope_shas)
+            ensure_positions(
+                s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
+                queries=[q for q, _ in in_scope], present=present, k_max=k_max, force=changed > 0,
+            )
+        with db.session() as s:
+            stored = read_positions(s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
+                                    query_ids=[q.id for q in scored_queries])
+            res_counts = resolution_counts(s, corp.id, ref.config_id, ref.epoch, sorted({q.sha for q in scored_queries}), k_max)
+            latencies = _latencies(s, ref, sorted({q.sha for q in scored_queries}))
+        system_scores.append(
+            _score_system(ref, scored, stored, boot, profile, k_max, dropped, res_counts, latencies,
+                          snap_names.get(ref.id), gold, present, bench.task)
+        )
+
+    comparisons = []
+    for a_id, b_id in pairs:
+        ids = {x.ref.id for x in system_scores}
+        for w in (a_id, b_id):
+            if w not in ids:
+                raise InputError(f"--compare: no system {w!r} in this scoring run (systems: {', '.join(sorted(ids)) or 'none'})")
+        sa_, sb_ = (next(x for x in system_scores if x.ref.id == w) for w in (a_id, b_id))
+        for metric in sa_.arrays:
+            if metric not in sb_.arrays:
+                continue
+            pr = boot.paired(sa_.arrays[metric], sb_.arrays[metric])
+            comparisons.append({"a": a_id, "b": b_id, "metric": metric, "diff": pr.diff, "ci": list(pr.ci), "p": pr.p})
+
+    multi = any(len(u) > 1 for _, u in scored) or bench.task != "theorem-search"
+    if profile == "main":
+        table = agg.TABLE_METRICS + ((("P@10", "Covered@10", "covered_paper@10")) if multi else ())
+    else:
+        table = MAMUT_METRICS if profile == "mamut" else SKLEARN_METRICS
+    is_slice = "slice" in corp.name.lower() or bool((corp.meta or {}).get("slice")) or bool((corp.meta or {}).get("development"))
+    return ScoreResult(
+        generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        code_version=code_version(),
+        k_max=k_max,
+        bootstrap={"resamples": resamples, "seed": seed, "ci": CI, "method": "percentile"},
+        profile=profile,
+        benchmark={"name": bench.name, "task": bench.task, "sha256": bench.sha256, "n_queries": len(in_scope),
+                   "modified": bench.modified},
+        corpus={"name": corp.name, "revision": corp.revision, "sha256": corp.sha256, "row_count": corp.row_count,
+                "slice": is_slice},
+        subset=subset,
+        banner=SLICE_BANNER if is_slice else None,
+        systems=system_scores,
+        queries=[
+            {"qid": q.qid, "text": q.text, "style": q.style, "kind": q.kind, "difficulty": q.difficulty,
+             "target_id": q.target_id, "gold": [list(names) for _, names in units],
+             "gold_kinds": [u.kind for u, _ in units]}
+            for q, units in scored
+        ],
+        comparisons=comparisons,
+        scope=scope_desc,
+        table_metrics=tuple(table),
+    )
+
+
+def _pairs(compare: Any) -> list[tuple[str, str]]:
+    if not compare:
+        return []
+    if len(compare) == 2 and all(isinstance(x, str) for x in compare):
+        return [(compare[0], compare[1])]
+    out = []
+    for pair in compare:
+        if len(pair) != 2:
+            raise InputError(f"--compare takes two system ids, got {list(pair)}")
+        out.append((pair[0], pair[1]))
+    return out
+
+
+def _filter_styles(queries: list[QueryRec], styles: Sequence[str] | None, bench: str) -> list[QueryRec]:
+    if not styles:
+        return [q for q in queries if q.primary]
+    if list(styles) == ["all"]:
+        return queries
+    known = sorted({q.style for q in queries})
+    bad = [st for st in styles if st not in known]
+    if bad:
+        raise InputError(f"benchmark {bench} has no style {bad[0]!r} (styles: {', '.join(known)})")
+    return [q for q in queries if q.style in set(styles)]
+
+
+def _snapshot_names(
+    session: sa.orm.Session, snapshots: dict[str, str], refs: list[SystemRef], gold: set[str]
+) -> dict[str, set[str]]:
+    out = {}
+    ids = {r.id for r in refs} | {r.label for r in refs}
+    for sid, spec in snapshots.items():
+        if sid not in ids:
+            raise InputError(f"--snapshot {sid}=...: no such system (systems: {', '.join(sorted(r.id for r in refs))})")
+        _, names = _names_of(session, spec, gold)
+        for r in refs:
+            if sid in (r.id, r.label):
+                out[r.id] = names
+    return out
+
+
+def _latencies(session: sa.orm.Session, ref: SystemRef, shas: Sequence[str]) -> list[float]:
+    a = Answer.__table__
+    out: list[float] = []
+    for chunk in _chunks(list(shas)):
+        out.extend(
+            v for v in session.execute(
+                sa.select(a.c.latency_ms).where(a.c.config_id == ref.config_id, a.c.epoch == ref.epoch, a.c.query_sha256.in_(chunk))
+            ).scalars() if v is not None
+        )
+    return out
+
+
+def _score_system(
+    ref: SystemRef,
+    scored: list[tuple[QueryRec, list[tuple[UnitRec, tuple[str, ...]]]]],
+    stored: dict[int, tuple[dict[int, int | None], int]],
+    boot: Bootstrap,
+    profile: str,
+    k_max: int,
+    dropped: int,
+    res_counts: dict[str, int],
+    latencies: list[float],
+    snapshot: set[str] | None,
+    gold: set[str],
+    present: set[str],
+    task: str,
+) -> SystemScore:
+    positions: list[list[int | None]] = []
+    kinds: list[list[str]] = []
+    n_ret: list[int] = []
+    answered: list[bool] = []
+    for q, units in scored:
+        entry = stored.get(q.id)
+        answered.append(entry is not None)
+        upos, nr = entry if entry is not None else ({}, 0)
+        positions.append([upos.get(u.id) for u, _ in units])
+        kinds.append([u.kind for u, _ in units])
+        n_ret.append(nr)
+    unanswered = answered.count(False)
+    cap = ref.result_cap
+    badges = []
+    if unanswered:
+        badges.append("incomplete")
+    if cap is not None and cap < k_max:
+        badges.append(f"k≤{cap}")
+    if snapshot is not None:
+        badges.append("different corpus")
+    coverage = (len(snapshot) if snapshot is not None else len(present)) / len(gold) if gold else None
+    lat = float(np.percentile(latencies, 95)) if latencies else None
+    resolution = {"resolved": res_counts.get(RESOLVED, 0), "not_in_corpus": res_counts.get(NOT_IN_CORPUS, 0)}
+    groups = {dim: [getattr(q, dim) for q, _ in scored] for dim in BREAKDOWN_DIMS}
+    multi = any(len(u) > 1 for _, u in scored) or task != "theorem-search"
+
+    if profile == "main":
+        curves = per_query_curves(QueryMatrix.from_lists(positions, kinds), k_max) if scored else None
+        names = list(agg.TABLE_METRICS) + list(agg.MULTI_GOLD_EXTRA if multi else agg.SINGLE_GOLD_EXTRA)
+        names = [nm for nm in dict.fromkeys(names) if agg.canonical(nm)[1] is None or agg.canonical(nm)[1] <= k_max]
+        if curves is None:
+            metrics = {nm: {"value": None, "ci": None} for nm in names}
+            curve_json, pr_json, arrays = None, None, {}
+            bd_values: dict[str, np.ndarray] = {}
+        else:
+            metrics = agg.summarize(curves, boot, names, cap)
+            curve_json = agg.curve_block(curves, boot, cap, multi)
+            pr_json = agg.pr_block(curves)
+            arrays = {nm: agg.per_query(curves, nm) for nm in COMPARE_METRICS if agg.defined(nm, cap)}
+            bd_values = {nm: agg.per_query(curves, nm) for nm in ("nDCG@10", "R@10") if 10 <= k_max}
+        per_query = {
+            q.qid: {"positions": ps, "rr": float(curves.rr[i]) if curves is not None else 0.0, "answered": answered[i]}
+            for i, ((q, _), ps) in enumerate(zip(scored, positions))
+        }
+    else:
+        rows = [profile_query(profile, ps, nr) for ps, nr in zip(positions, n_ret)]
+        keys = MAMUT_METRICS if profile == "mamut" else SKLEARN_METRICS
+        arrays = {key: np.asarray([r[key] for r in rows], dtype=np.float64) for key in keys}
+        metrics = {}
+        for key, arr in arrays.items():
+            lo, hi = boot.interval(arr) if len(arr) else (np.nan, np.nan)
+            metrics[key] = {"value": float(arr.mean()) if len(arr) else None, "ci": [lo, hi] if len(arr) else None}
+        curve_json, pr_json = None, None
+        bd_values = {key: arrays[key] for key in ("nDCG", "AP")}
+        per_query = {
+            q.qid: {"positions": ps, "rr": _rr(ps), "answered": answered[i], **rows[i]}
+            for i, ((q, _), ps) in enumerate(zip(scored, positions))
+        }
+    breakdowns = {}
+    for dim in BREAKDOWN_DIMS:
+        if any(g is not None for g in groups[dim]):
+            breakdowns[dim] = agg.breakdown(bd_values, groups[dim], cap) if bd_values else {}
+    return SystemScore(
+        ref=ref, n=len(scored), dropped=dropped, unanswered=unanswered, badges=badges, latency_p95_ms=lat,
+        resolution=resolution, coverage=coverage, metrics=metrics, curves=curve_json, pr=pr_json,
+        breakdowns=breakdowns, per_query=per_query, arrays=arrays,
+    )
+
+
+def _rr(ps: Iterable[int | None]) -> float:
+    found = [p for p in ps if p is not None]
+    return 1.0 / min(found) if found else 0.0
