@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "engines.commands.emulate",
     "engines.commands.report",
     "engines.commands.demo",
+    "engines.commands.run",
+    "engines.commands.crawl",
 )
 
 

@@ -1,0 +1,234 @@
+"""What is due: benchmark query texts, epochs, and the work-lease queue shared by workers.
+
+- A query text is *due* for (configuration, epoch) when it has no answer there.
+  Query texts are keyed by ``query_sha256`` and shared across benchmarks, so a text
+  answered while crawling one benchmark is never re-sent for another (fetch once).
+- The current epoch of a configuration is the highest epoch seen in its answers,
+  exchanges or work leases (0 when new); ``--refresh`` opens max + 1, which becomes
+  the current epoch for every worker as soon as its leases are seeded.
+- ``work_leases`` holds one row per due text. Workers claim rows whose lease has
+  expired (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so two workers never claim the
+  same row), renew them while working, delete them with the answer (one
+  transaction), mark permanent failures ``failed``, and release what they still hold
+  when they stop. A killed worker's leases expire after the lease TTL.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from store.models import Answer, Exchange, Query, WorkLease
+
+
+def _insert(dialect: str):
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
+
+
+def benchmark_texts(db, benchmark_id: int, all_styles: bool) -> dict[str, str]:
+    """sha256 → text of the benchmark's distinct query texts (primary styles unless all_styles)."""
+    q = sa.select(Query.query_sha256, Query.text).where(Query.benchmark_id == benchmark_id).order_by(Query.id)
+    if not all_styles:
+        q = q.where(Query.primary.is_(True))
+    with db.session() as s:
+        out: dict[str, str] = {}
+        for sha, text in s.execute(q):
+            out.setdefault(sha, text)
+        return out
+
+
+def current_epoch(db, config_id: int) -> int:
+    with db.session() as s:
+        values = [
+            s.scalar(sa.select(sa.func.max(Answer.epoch)).where(Answer.config_id == config_id)),
+            s.scalar(sa.select(sa.func.max(Exchange.epoch)).where(Exchange.config_id == config_id)),
+            s.scalar(sa.select(sa.func.max(WorkLease.epoch)).where(WorkLease.config_id == config_id)),
+        ]
+    return max((v for v in values if v is not None), default=0)
+
+
+def answered_shas(db, config_id: int, epoch: int) -> set[str]:
+    with db.session() as s:
+        return set(
+            s.execute(
+                sa.select(Answer.query_sha256).where(Answer.config_id == config_id, Answer.epoch == epoch)
+            ).scalars()
+        )
+
+
+@dataclass
+class Counts:
+    total: int
+    answered: int
+    failed: int
+
+    @property
+    def pending(self) -> int:
+        return self.total - self.answered - self.failed
+
+
+class WorkQueue:
+    """The lease queue of one configuration × epoch, restricted to one benchmark's texts."""
+
+    def __init__(
+        self,
+        db,
+        *,
+        config_id: int,
+        epoch: int,
+        texts: dict[str, str],
+        benchmark_id: int,
+        all_styles: bool,
+        worker: str,
+        lease_ttl: float = 900.0,
+        clock=time.time,
+    ) -> None:
+        self.db = db
+        self.config_id = config_id
+        self.epoch = epoch
+        self.texts = texts
+        self.benchmark_id = benchmark_id
+        self.all_styles = all_styles
+        self.worker = worker
+        self.lease_ttl = lease_ttl
+        self.clock = clock
+        self.held: dict[str, float] = {}  # sha → leased_until, claimed by this worker
+
+    def _key(self):
+        return (WorkLease.config_id == self.config_id, WorkLease.epoch == self.epoch)
+
+    def seed(self, *, retry_failed: bool = False) -> None:
+        """Create lease rows for due texts; drop rows of texts answered meanwhile."""
+        answered = answered_shas(self.db, self.config_id, self.epoch)
+        due = [sha for sha in self.texts if sha not in answered]
+        insert = _insert(self.db.dialect)
+        with self.db.session() as s, s.begin():
+            existing = set(s.execute(sa.select(WorkLease.query_sha256).where(*self._key())).scalars())
+            rows = [
+                {"config_id": self.config_id, "query_sha256": sha, "epoch": self.epoch, "worker": "",
+                 "leased_until": 0.0, "status": "leased"}
+                for sha in due if sha not in existing
+            ]
+            for i in range(0, len(rows), 500):
+                s.execute(insert(WorkLease).values(rows[i:i + 500]).on_conflict_do_nothing())
+            stale = [sha for sha in existing if sha in answered]
+            for i in range(0, len(stale), 500):
+                s.execute(sa.delete(WorkLease).where(*self._key(), WorkLease.query_sha256.in_(stale[i:i + 500])))
+            if retry_failed:
+                s.execute(
+                    sa.update(WorkLease)
+                    .where(*self._key(), WorkLease.status == "failed")
+                    .values(status="leased", leased_until=0.0, worker="")
+                )
+
+    def release_all_stale(self) -> None:
+        """SQLite (one crawler per file): every 'leased' row is from a dead run; free it now."""
+        with self.db.session() as s, s.begin():
+            s.execute(
+                sa.update(WorkLease)
+                .where(*self._key(), WorkLease.status == "leased", WorkLease.worker != self.worker)
+                .values(leased_until=0.0, worker="")
+            )
+
+    def _bench_filter(self):
+        sub = sa.select(Query.query_sha256).where(Query.benchmark_id == self.benchmark_id)
+        if not self.all_styles:
+            sub = sub.where(Query.primary.is_(True))
+        return WorkLease.query_sha256.in_(sub)
+
+    def claim(self, k: int) -> list[tuple[str, str]]:
+        """Claim up to k due texts for this worker: (sha, text) pairs."""
+        now = self.clock()
+        answered = sa.exists().where(
+            Answer.config_id == WorkLease.config_id,
+            Answer.epoch == WorkLease.epoch,
+            Answer.query_sha256 == WorkLease.query_sha256,
+        )
+        with self.db.session() as s, s.begin():
+            shas = list(
+                s.execute(
+                    sa.select(WorkLease.query_sha256)
+                    .where(*self._key(), WorkLease.status == "leased", WorkLease.leased_until < now,
+                           self._bench_filter(), ~answered)
+                    .order_by(WorkLease.query_sha256)
+                    .limit(k)
+                    .with_for_update(skip_locked=True, of=WorkLease)
+                ).scalars()
+            )
+            if not shas:
+                return []
+            until = now + self.lease_ttl
+            s.execute(
+                sa.update(WorkLease)
+                .where(*self._key(), WorkLease.query_sha256.in_(shas))
+                .values(worker=self.worker, leased_until=until)
+            )
+        for sha in shas:
+            self.held[sha] = until
+        return [(sha, self.texts[sha]) for sha in shas if sha in self.texts]
+
+    def renew(self, shas: list[str]) -> None:
+        """Extend this worker's leases when less than half the TTL is left."""
+        now = self.clock()
+        if not any(self.held.get(sha, 0.0) - now < self.lease_ttl / 2 for sha in shas):
+            return
+        until = now + self.lease_ttl
+        with self.db.session() as s, s.begin():
+            s.execute(
+                sa.update(WorkLease)
+                .where(*self._key(), WorkLease.query_sha256.in_(shas), WorkLease.worker == self.worker)
+                .values(leased_until=until)
+            )
+        for sha in shas:
+            self.held[sha] = until
+
+    def done(self, shas: list[str]) -> None:
+        """Answered (the rows were deleted in the answer's transaction)."""
+        for sha in shas:
+            self.held.pop(sha, None)
+
+    def fail(self, shas: list[str], note: str) -> None:
+        with self.db.session() as s, s.begin():
+            s.execute(
+                sa.update(WorkLease)
+                .where(*self._key(), WorkLease.query_sha256.in_(shas))
+                .values(status="failed", note=note[:1000], worker=self.worker)
+            )
+        for sha in shas:
+            self.held.pop(sha, None)
+
+    def release(self) -> None:
+        """Give back what this worker still holds (unanswered after retries, or stopped)."""
+        if not self.held:
+            return
+        shas = list(self.held)
+        with self.db.session() as s, s.begin():
+            for i in range(0, len(shas), 500):
+                s.execute(
+                    sa.update(WorkLease)
+                    .where(*self._key(), WorkLease.query_sha256.in_(shas[i:i + 500]),
+                           WorkLease.worker == self.worker, WorkLease.status == "leased")
+                    .values(leased_until=0.0, worker="")
+                )
+        self.held.clear()
+
+    def counts(self) -> Counts:
+        total = len(self.texts)
+        answered = answered_shas(self.db, self.config_id, self.epoch)
+        with self.db.session() as s:
+            failed = set(
+                s.execute(
+                    sa.select(WorkLease.query_sha256).where(*self._key(), WorkLease.status == "failed")
+                ).scalars()
+            )
+        return Counts(
+            total=total,
+            answered=sum(1 for sha in self.texts if sha in answered),
+            failed=sum(1 for sha in self.texts if sha in failed and sha not in answered),
+        )

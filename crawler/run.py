@@ -1,0 +1,451 @@
+"""One crawl run: several engines concurrently, each at its own rate, until nothing is due.
+
+``run_crawl(db, options)`` is what ``engines crawl`` calls. Per engine it resolves the
+adapter and configuration (``store.writes.ensure_config``), the epoch, seeds the lease
+queue, re-parses archived 2xx bodies a killed run never parsed, then loops: claim a
+batch, fetch it (pace → send → archive → parse, with retries), write answers. Engines
+run as asyncio tasks; pacers are per host, so a crawl of two engines takes as long as
+the slower one. A broken engine (circuit breaker) stops alone.
+
+Exit codes (``CrawlSummary.exit_code``; documented in the README "Crawling" section):
+0 everything due is answered, 3 work remains (``--limit``, ``--deadline``, retries
+exhausted, leases held by other workers), 4 an engine was stopped by the circuit
+breaker, 5 another crawler holds the SQLite file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+from crawler.fetch import EngineBroken, Fetcher, RetryPolicy, write_answers
+from crawler.pacing import DbLedger, DeadlineReached, Pacer, SystemClock
+from crawler.plan import Counts, WorkQueue, benchmark_texts, current_epoch
+from engines.base import EngineHTTPError, EngineParseError, Rate, config_hash
+from store.errors import UserError
+from store.models import Crawl, Exchange, ParseOutcome
+from store.types import utcnow
+
+EXIT_OK = 0
+EXIT_WORK_REMAINS = 3
+EXIT_ENGINE_BROKEN = 4
+EXIT_ALREADY_CRAWLING = 5
+
+
+class AlreadyCrawling(UserError):
+    exit_code = EXIT_ALREADY_CRAWLING
+
+
+@dataclass
+class CrawlOptions:
+    engines: list[str]
+    bench: str
+    rates: dict[str, Rate] = field(default_factory=dict)  # engine → rate; "*" for all
+    urls: dict[str, str] = field(default_factory=dict)
+    num_results: int | None = None
+    limit: int | None = None  # query texts per engine in this run
+    deadline: float | None = None  # seconds from start
+    refresh: bool = False
+    all_styles: bool = False
+    retry_failed: bool = False
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    lease_ttl: float = 900.0
+    timeout: float | None = None
+    margin: float | None = None  # pacing safety margin (None: crawler.pacing.default_margin)
+
+
+@dataclass
+class EngineResult:
+    engine: str
+    label: str
+    config_id: int
+    epoch: int
+    host: str
+    rate: Rate
+    counts: Counts
+    sent_texts: int = 0
+    attempts: int = 0
+    exchanges: int = 0
+    answered_now: int = 0
+    failed_now: int = 0
+    recovered: int = 0
+    stopped: str | None = None  # "limit" | "deadline" | "broken: ..."
+    exhausted: int = 0
+
+
+@dataclass
+class CrawlSummary:
+    results: list[EngineResult]
+    elapsed: float
+    crawl_id: int | None
+
+    @property
+    def exit_code(self) -> int:
+        if any(r.stopped and r.stopped.startswith("broken") for r in self.results):
+            return EXIT_ENGINE_BROKEN
+        if any(r.counts.pending > 0 for r in self.results):
+            return EXIT_WORK_REMAINS
+        return EXIT_OK
+
+
+# ------------------------------------------------------------------ reporting
+
+
+class Reporter:
+    """Plain log lines on stderr (not a TTY): one per event and a progress line now and then."""
+
+    def __init__(self, stream=None, every: float = 30.0) -> None:
+        self.stream = stream or sys.stderr
+        self.every = every
+        self._last: dict[str, float] = {}
+
+    def log(self, message: str) -> None:
+        print(message, file=self.stream, flush=True)
+
+    def start(self, engine: str, counts: Counts, interval: float, batch: int) -> None:
+        self.log(f"{engine}: {counts.answered}/{counts.total} answered, {counts.pending} due, "
+                 f"{counts.failed} failed; ETA {fmt_duration(eta(counts.pending, interval, batch))}")
+        self._last[engine] = time.monotonic()
+
+    def update(self, engine: str, counts: Counts, interval: float, batch: int) -> None:
+        now = time.monotonic()
+        if now - self._last.get(engine, 0.0) >= self.every or counts.pending == 0:
+            self._last[engine] = now
+            self.log(f"{engine}: {counts.answered}/{counts.total} answered, {counts.pending} due; "
+                     f"ETA {fmt_duration(eta(counts.pending, interval, batch))}")
+
+    def close(self) -> None:
+        pass
+
+
+class RichReporter(Reporter):
+    """One rich progress bar per engine, with the ETA computed from the pacing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True, highlight=False)
+        self.progress = Progress(
+            TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("ETA {task.fields[eta]}"), TimeElapsedColumn(), console=self.console,
+        )
+        self.tasks: dict[str, Any] = {}
+        self.progress.start()
+
+    def log(self, message: str) -> None:
+        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+    def start(self, engine: str, counts: Counts, interval: float, batch: int) -> None:
+        self.tasks[engine] = self.progress.add_task(
+            engine, total=counts.total, completed=counts.answered + counts.failed,
+            eta=fmt_duration(eta(counts.pending, interval, batch)),
+        )
+
+    def update(self, engine: str, counts: Counts, interval: float, batch: int) -> None:
+        self.progress.update(self.tasks[engine], completed=counts.answered + counts.failed,
+                             eta=fmt_duration(eta(counts.pending, interval, batch)))
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def eta(pending: int, interval: float, batch: int) -> float:
+    """Seconds to send ``pending`` texts at the pacing interval (requests of ``batch`` texts)."""
+    return -(-pending // max(1, batch)) * interval
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    m, s = divmod(seconds, 60)
+    if m < 60:
+        return f"{m}m{s:02d}s"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
+# ----------------------------------------------------------------- SQLite lock
+
+
+class CrawlLock:
+    """An exclusive lock file next to a SQLite cache: one crawler per file.
+
+    ``flock`` is released by the kernel when the process dies (even ``kill -9``), so a
+    stale file never blocks a restart.
+    """
+
+    def __init__(self, db_path: str) -> None:
+        self.path = Path(db_path + ".crawl.lock")
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise AlreadyCrawling(
+                f"already crawling: {holder} holds {self.path}; wait for it to finish "
+                "(one crawler per SQLite file; use PostgreSQL for several workers)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def sqlite_path(db) -> str | None:
+    if db.dialect != "sqlite":
+        return None
+    path = db.engine.url.database
+    return None if not path or path == ":memory:" else str(Path(path).resolve())
+
+
+# ------------------------------------------------------------------- the run
+
+
+@dataclass
+class _Engine:
+    name: str
+    adapter: Any
+    config_id: int
+    label: str
+    epoch: int
+    rate: Rate
+    queue: WorkQueue
+    result: EngineResult
+
+
+def _code_version() -> str:
+    from engines import __version__
+
+    return __version__
+
+
+def _resolve_engines(db, opts: CrawlOptions, worker: str) -> list[_Engine]:
+    from engines.registry import get_adapter
+    from store.benchmarks import find_benchmark
+    from store.writes import ensure_config
+
+    bench = find_benchmark(db, opts.bench)
+    texts = benchmark_texts(db, bench.id, opts.all_styles)
+    if not texts:
+        raise UserError(f"benchmark {opts.bench!r} has no query texts to crawl")
+    out: list[_Engine] = []
+    seen: set[str] = set()
+    for name in opts.engines:
+        name = name.lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        params: dict[str, Any] = {}
+        if opts.num_results is not None:
+            params["num_results"] = opts.num_results
+        if opts.timeout is not None:
+            params["timeout"] = opts.timeout
+        adapter = get_adapter(name, base_url=opts.urls.get(name), **params)
+        ident = adapter.identity()
+        label = name if adapter.num_results == adapter.defaults.num_results else f"{name}@{adapter.num_results}"
+        if "base_url" in ident:
+            label += f" ({ident['base_url']})"
+        with db.session() as s, s.begin():
+            cfg = ensure_config(
+                s, engine=adapter.engine, endpoint_version=adapter.endpoint_version, params=ident,
+                config_hash=config_hash(ident), label=label[:200], result_cap=adapter.defaults.result_cap,
+            )
+            config_id = cfg.id
+        epoch = current_epoch(db, config_id) + (1 if opts.refresh else 0)
+        rate = opts.rates.get(name) or opts.rates.get("*") or adapter.defaults.rate
+        queue = WorkQueue(db, config_id=config_id, epoch=epoch, texts=texts, benchmark_id=bench.id,
+                          all_styles=opts.all_styles, worker=worker, lease_ttl=opts.lease_ttl)
+        result = EngineResult(engine=name, label=label, config_id=config_id, epoch=epoch, host=adapter.host,
+                              rate=rate, counts=Counts(len(texts), 0, 0))
+        out.append(_Engine(name, adapter, config_id, label, epoch, rate, queue, result))
+    return out
+
+
+def recover_unparsed(db, eng: _Engine, *, min_age: float) -> int:
+    """Answers from archived 2xx exchanges that a killed run never parsed (no network needed)."""
+    cutoff = utcnow().timestamp() - min_age
+    with db.session() as s:
+        rows = s.execute(
+            sa.select(Exchange.id, Exchange.query_texts, Exchange.status_code, Exchange.response_headers,
+                      Exchange.response_body, Exchange.elapsed_ms, Exchange.finished_at)
+            .where(Exchange.config_id == eng.config_id, Exchange.epoch == eng.epoch,
+                   Exchange.status_code >= 200, Exchange.status_code < 300,
+                   ~sa.exists().where(ParseOutcome.exchange_id == Exchange.id))
+            .order_by(Exchange.id)
+        ).all()
+    from store.benchmarks import query_sha256
+
+    recovered = 0
+    for ex_id, texts, status, headers, body, elapsed, finished in rows:
+        if finished is not None and finished.timestamp() > cutoff:
+            continue  # possibly another worker's exchange being parsed right now
+        try:
+            parsed = eng.adapter.parse(list(texts), status, headers or {}, body or b"")
+            if len(parsed) != len(texts):
+                raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
+        except (EngineParseError, EngineHTTPError) as exc:
+            with db.session() as s, s.begin():
+                s.add(ParseOutcome(exchange_id=ex_id, parser_version=eng.adapter.parser_version, ok=False,
+                                   error=str(exc)))
+            continue
+        items = [(query_sha256(t), t) for t in texts]
+        recovered += len(write_answers(db, eng.adapter.parser_version, eng.config_id, eng.epoch, ex_id, items,
+                                       parsed, elapsed))
+    return recovered
+
+
+async def _crawl_engine(
+    db, eng: _Engine, fetcher: Fetcher, opts: CrawlOptions, reporter: Reporter, stop_at: float | None
+) -> None:
+    res = eng.result
+    batch = max(1, int(getattr(eng.adapter, "batch_size", 1)))
+    interval = fetcher.pacer.interval
+    try:
+        while True:
+            if opts.limit is not None and res.sent_texts >= opts.limit:
+                res.stopped = "limit"
+                break
+            if stop_at is not None and time.time() >= stop_at:
+                res.stopped = "deadline"
+                break
+            k = batch if opts.limit is None else min(batch, opts.limit - res.sent_texts)
+            items = eng.queue.claim(k)
+            if not items:
+                break
+            eng.queue.renew([sha for sha, _ in items])
+            res.sent_texts += len(items)
+            outcome = await fetcher.fetch(items)
+            if outcome.answered:
+                eng.queue.done(outcome.answered)
+                res.answered_now += len(outcome.answered)
+            if outcome.failed:
+                eng.queue.fail([sha for sha, _ in items], outcome.failed)
+                res.failed_now += len(items)
+            if outcome.exhausted:
+                res.exhausted += len(items)
+                reporter.log(f"{eng.name}: gave up on {len(items)} text(s) for this run after "
+                             f"{outcome.attempts} attempts ({outcome.exhausted}); they stay due")
+            res.counts = eng.queue.counts()
+            reporter.update(eng.name, res.counts, interval, batch)
+    except EngineBroken as exc:
+        res.stopped = f"broken: {exc}"
+        reporter.log(f"error: {exc}; other engines continue")
+    except DeadlineReached:
+        res.stopped = "deadline"
+    finally:
+        res.attempts = fetcher.attempts
+        res.exchanges = fetcher.exchanges
+        eng.queue.release()
+        res.counts = eng.queue.counts()
+
+
+async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = None) -> CrawlSummary:
+    reporter = reporter or Reporter()
+    t_start = time.time()
+    stop_at = t_start + opts.deadline if opts.deadline is not None else None
+    worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    lock = None
+    path = sqlite_path(db)
+    if path is not None:
+        lock = CrawlLock(path)
+        lock.acquire()
+    try:
+        engines = _resolve_engines(db, opts, worker)
+        with db.session() as s, s.begin():
+            crawl = Crawl(hostname=socket.gethostname(), pid=os.getpid(), worker=worker,
+                          code_version=_code_version(),
+                          args={"engines": opts.engines, "bench": opts.bench, "limit": opts.limit,
+                                "deadline": opts.deadline, "refresh": opts.refresh,
+                                "rates": {k: str(v) for k, v in opts.rates.items()},
+                                "all_styles": opts.all_styles})
+            s.add(crawl)
+            s.flush()
+            crawl_id = crawl.id
+        ledger = DbLedger(db)
+        clock = SystemClock()
+        pacers: dict[str, Pacer] = {}
+        fetchers: list[tuple[_Engine, Fetcher]] = []
+        limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
+        async with httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False) as client:
+            for eng in engines:
+                eng.queue.seed(retry_failed=opts.retry_failed)
+                if lock is not None:
+                    eng.queue.release_all_stale()
+                eng.result.recovered = recover_unparsed(db, eng, min_age=0.0 if lock else 2 * opts.policy.max_delay)
+                # One pacer per host: engines sharing a host share its budget (the stricter rate wins).
+                pacer = pacers.get(eng.adapter.host)
+                if pacer is None or eng.rate.n / eng.rate.period < pacer.rate.n / pacer.rate.period:
+                    pacer = Pacer(eng.adapter.host, eng.rate, ledger, margin=opts.margin, clock=clock,
+                                  worker=worker, deadline=stop_at)
+                    pacers[eng.adapter.host] = pacer
+                fetchers.append((eng, Fetcher(db, eng.adapter, client, pacer, config_id=eng.config_id,
+                                              epoch=eng.epoch, crawl_id=crawl_id, policy=opts.policy,
+                                              on_event=reporter.log)))
+            for eng, fetcher in fetchers:
+                fetcher.pacer = pacers[eng.adapter.host]
+                eng.result.counts = eng.queue.counts()
+                reporter.start(eng.name, eng.result.counts, fetcher.pacer.interval,
+                               max(1, int(getattr(eng.adapter, "batch_size", 1))))
+                if eng.result.recovered:
+                    reporter.log(f"{eng.name}: recovered {eng.result.recovered} answer(s) from archived "
+                                 "responses of an interrupted run")
+            try:
+                await asyncio.gather(*(_crawl_engine(db, eng, f, opts, reporter, stop_at) for eng, f in fetchers))
+            finally:
+                reporter.close()
+        summary = CrawlSummary([eng.result for eng in engines], time.time() - t_start, crawl_id)
+        with db.session() as s, s.begin():
+            row = s.get(Crawl, crawl_id)
+            row.finished_at = utcnow()
+            row.status = {0: "done", 3: "incomplete", 4: "broken"}[summary.exit_code]
+            row.summary = {r.engine: {"answered_now": r.answered_now, "failed_now": r.failed_now,
+                                      "attempts": r.attempts, "pending": r.counts.pending,
+                                      "stopped": r.stopped, "epoch": r.epoch} for r in summary.results}
+        return summary
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def run_crawl(db, opts: CrawlOptions, reporter: Reporter | None = None) -> CrawlSummary:
+    return asyncio.run(run_crawl_async(db, opts, reporter))
+
+
+def summary_lines(summary: CrawlSummary) -> list[str]:
+    lines = []
+    for r in summary.results:
+        state = r.stopped or ("done" if r.counts.pending == 0 else "incomplete")
+        lines.append(
+            f"{r.engine} [{r.label}, epoch {r.epoch}, {r.rate}]: {r.answered_now} answered now, "
+            f"{r.counts.answered}/{r.counts.total} answered in all, {r.counts.failed} failed, "
+            f"{r.counts.pending} due; {r.attempts} attempts; {state}"
+        )
+    lines.append(f"crawl {summary.crawl_id} finished in {fmt_duration(summary.elapsed)}: exit {summary.exit_code}")
+    return lines
+

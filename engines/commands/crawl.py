@@ -1,0 +1,206 @@
+"""``engines crawl``, ``engines status`` and ``engines sql``: crawling and inspecting the cache.
+
+Exit codes of ``engines crawl`` (README, "Crawling"): 0 everything due is answered,
+3 work remains (limit, deadline, retries exhausted), 4 an engine was stopped by the
+circuit breaker, 5 another crawler already holds the SQLite cache, 1 any other error.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Optional
+
+import sqlalchemy as sa
+import typer
+from rich.table import Table
+
+from engines.commands.common import get_db, info, out_console
+from store.errors import InputError, UserError
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)?")
+_DUR_UNIT = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """``2h``, ``90m``, ``1h30m``, ``45s``, ``3600`` → seconds."""
+    s = text.strip().lower().replace(" ", "")
+    pos, total = 0, 0.0
+    while pos < len(s):
+        m = _DURATION.match(s, pos)
+        if not m or m.end() == pos:
+            raise InputError(f"cannot parse duration {text!r}; write e.g. 2h, 90m, 1h30m or 45s")
+        total += float(m.group(1)) * _DUR_UNIT[m.group(2)]
+        pos = m.end()
+    if not s or total <= 0:
+        raise InputError(f"duration {text!r} must be positive, e.g. 2h, 90m or 45s")
+    return total
+
+
+def _pairs(values: list[str], what: str, example: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values or []:
+        if "=" not in v:
+            raise InputError(f"{what} {v!r} must be ENGINE=VALUE, e.g. {example}")
+        k, val = v.split("=", 1)
+        out[k.strip().lower()] = val.strip()
+    return out
+
+
+def crawl_cmd(
+    ctx: typer.Context,
+    engines: list[str] = typer.Argument(..., help="Remote engines to crawl: leansearch, leanexplore, leanfinder, loogle."),
+    bench: str = typer.Option(..., "--bench", "-b", help="Benchmark whose query texts to send (e.g. mathlibqr)."),
+    rate: list[str] = typer.Option(
+        None, "--rate", help="Courtesy limit N/PERIOD for every engine (3/30s), or ENGINE=N/PERIOD; repeatable."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Send at most N query texts per engine in this run."),
+    deadline: Optional[str] = typer.Option(None, "--deadline", help="Stop starting requests after this long (2h, 90m, 45s)."),
+    refresh: bool = typer.Option(False, "--refresh", help="Open a new epoch and re-crawl everything (old answers stay)."),
+    url: list[str] = typer.Option(None, "--url", help="Base URL override ENGINE=URL (e.g. a stand-in); repeatable."),
+    num_results: Optional[int] = typer.Option(None, "--num-results", min=1, help="Results requested per query (a new configuration)."),
+    all_styles: bool = typer.Option(False, "--all-styles", help="Also send non-primary styles (MathlibMPR formal statements)."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Send again texts that failed permanently (4xx, engine error)."),
+    max_attempts: int = typer.Option(5, "--max-attempts", min=1, help="Attempts per request (retries on 408/429/5xx/transport)."),
+    backoff: float = typer.Option(2.0, "--backoff", min=0.0, help="First retry backoff in seconds (doubles, jittered, max 60 s)."),
+    breaker: int = typer.Option(10, "--breaker", min=1, help="Stop an engine after this many consecutive failed attempts."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.1, help="Seconds per request (default: the engine's)."),
+    lease_ttl: float = typer.Option(900.0, "--lease-ttl", min=1.0, help="Seconds a worker's claim on a query lasts (PostgreSQL workers)."),
+) -> None:
+    """Crawl remote engines, paced and resumable; safe to kill and to run again (cron-friendly exit codes)."""
+    from crawler.fetch import RetryPolicy
+    from crawler.pacing import parse_rate
+    from crawler.run import CrawlOptions, Reporter, RichReporter, run_crawl, summary_lines
+    from engines.registry import ENGINES
+
+    names = [e.lower() for e in engines]
+    for n in names:
+        if n not in ENGINES:
+            raise InputError(f"unknown engine {n!r}; remote engines: {', '.join(ENGINES)}")
+    rates = {}
+    for r in rate or []:
+        if "=" in r:
+            k, v = r.split("=", 1)
+            rates[k.strip().lower()] = parse_rate(v)
+        else:
+            rates["*"] = parse_rate(r)
+    urls = _pairs(url, "--url", "leansearch=http://127.0.0.1:8765")
+    for k in list(rates) + list(urls):
+        if k != "*" and k not in names:
+            raise InputError(f"--rate/--url names engine {k!r}, which is not being crawled ({', '.join(names)})")
+    opts = CrawlOptions(
+        engines=names, bench=bench, rates=rates, urls=urls, num_results=num_results, limit=limit,
+        deadline=parse_duration(deadline) if deadline else None, refresh=refresh, all_styles=all_styles,
+        retry_failed=retry_failed, lease_ttl=lease_ttl, timeout=timeout,
+        policy=RetryPolicy(max_attempts=max_attempts, backoff_initial=backoff, breaker_threshold=breaker),
+    )
+    db = get_db(ctx)
+    reporter = RichReporter() if sys.stderr.isatty() else Reporter()
+    summary = run_crawl(db, opts, reporter)
+    for line in summary_lines(summary):
+        info(line)
+    raise typer.Exit(summary.exit_code)
+
+
+def status_cmd(
+    ctx: typer.Context,
+    bench: Optional[str] = typer.Option(None, "--bench", "-b", help="Only this benchmark."),
+    all_styles: bool = typer.Option(False, "--all-styles", help="Count non-primary styles too."),
+) -> None:
+    """Per engine configuration × benchmark: answered, failed, pending, last success, ETA at the configured rate."""
+    from crawler.pacing import default_margin
+    from crawler.plan import WorkQueue, benchmark_texts, current_epoch
+    from crawler.run import eta, fmt_duration
+    from engines.registry import ENGINES
+    from store.models import Answer, Benchmark, EngineConfig, Query
+
+    db = get_db(ctx)
+    with db.session() as s:
+        configs = list(s.execute(sa.select(EngineConfig).where(EngineConfig.local.is_(False)).order_by(EngineConfig.id)).scalars())
+        bq = sa.select(Benchmark).order_by(Benchmark.name)
+        if bench:
+            bq = bq.where(Benchmark.name == bench)
+        benches = list(s.execute(bq).scalars())
+    if bench and not benches:
+        from store.benchmarks import find_benchmark
+
+        find_benchmark(db, bench)  # raises the one-line "no benchmark named ..." error
+    table = Table("config", "benchmark", "epoch", "answered", "failed", "pending", "last success", "rate", "ETA")
+    for b in benches:
+        texts = benchmark_texts(db, b.id, all_styles)
+        for cfg in configs:
+            epoch = current_epoch(db, cfg.id)
+            q = WorkQueue(db, config_id=cfg.id, epoch=epoch, texts=texts, benchmark_id=b.id,
+                          all_styles=all_styles, worker="status")
+            c = q.counts()
+            with db.session() as s:
+                last = s.scalar(
+                    sa.select(sa.func.max(Answer.fetched_at)).where(
+                        Answer.config_id == cfg.id, Answer.epoch == epoch,
+                        Answer.query_sha256.in_(sa.select(Query.query_sha256).where(Query.benchmark_id == b.id)),
+                    )
+                )
+            cls = ENGINES.get(cfg.engine)
+            if cls is not None:
+                r = cls.defaults.rate
+                interval = (r.period + default_margin(r)) / r.n
+                batch = int(cls.defaults.batch_size)
+                rate_s, eta_s = str(r), fmt_duration(eta(c.pending, interval, batch))
+            else:
+                rate_s, eta_s = "-", "-"
+            table.add_row(cfg.label, b.name, str(epoch), f"{c.answered}/{c.total}", str(c.failed), str(c.pending),
+                          f"{last:%Y-%m-%d %H:%M}" if last else "-", rate_s, eta_s)
+    if not configs:
+        info("no remote engine configurations yet; run `engines crawl ENGINE --bench B`")
+    out_console.print(table)
+
+
+def sql_cmd(
+    ctx: typer.Context,
+    query: str = typer.Argument(..., help="A read-only SQL query, e.g. \"SELECT * FROM v_hits LIMIT 10\"."),
+    max_width: int = typer.Option(60, "--max-width", min=8, help="Truncate cells to this many characters."),
+    tsv: bool = typer.Option(False, "--tsv", help="Tab-separated output with a header line instead of a table."),
+) -> None:
+    """Run a read-only SQL query against the cache (views v_answers and v_hits; see README)."""
+    db = get_db(ctx)
+    try:
+        with db.engine.connect() as conn:
+            if db.dialect == "sqlite":
+                conn.exec_driver_sql("PRAGMA query_only = ON")
+            else:
+                conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+            try:
+                result = conn.exec_driver_sql(query)
+                cols = list(result.keys()) if result.returns_rows else []
+                rows = result.fetchall() if result.returns_rows else []
+            finally:
+                conn.rollback()
+                if db.dialect == "sqlite":
+                    conn.exec_driver_sql("PRAGMA query_only = OFF")
+    except sa.exc.DBAPIError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+        raise UserError(f"SQL error: {reason} (engines sql runs read-only queries)") from None
+
+    def cell(v) -> str:  # noqa: ANN001
+        if v is None:
+            return ""
+        if isinstance(v, (bytes, memoryview)):
+            return f"<{len(bytes(v))} bytes>"
+        text = str(v).replace("\n", " ")
+        return text if len(text) <= max_width else text[: max_width - 1] + "…"
+
+    if tsv:
+        print("\t".join(cols))
+        for r in rows:
+            print("\t".join(cell(v).replace("\t", " ") for v in r))
+        return
+    table = Table(*cols)
+    for r in rows:
+        table.add_row(*(cell(v) for v in r))
+    out_console.print(table)
+    info(f"{len(rows)} row(s)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("crawl")(crawl_cmd)
+    app.command("status")(status_cmd)
+    app.command("sql")(sql_cmd)
