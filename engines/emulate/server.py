@@ -81,10 +81,30 @@ class Stats:
     requests: int = 0
     violations: int = 0
     served: int = 0  # 200 answers carrying results
+    connections: int = 0  # TCP connections accepted (keep-alive reuses one)
     receive_times: list[float] = field(default_factory=list)
     statuses: Counter = field(default_factory=Counter)
     faults: Counter = field(default_factory=Counter)
     log: list[dict[str, Any]] = field(default_factory=list)  # one entry per request, in arrival order
+
+
+def _break_json(body: bytes) -> bytes:
+    """Insert ``,,`` at the first point past the middle that is outside a string: never valid JSON."""
+    in_str = escaped = False
+    half = len(body) // 2
+    for i, ch in enumerate(body):
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == 0x5C:  # backslash
+                escaped = True
+            elif ch == 0x22:
+                in_str = False
+        elif ch == 0x22:
+            in_str = True
+        elif i >= half:
+            return body[:i] + b",," + body[i:]
+    return body + b",,"
 
 
 class StandIn:
@@ -197,6 +217,7 @@ class StandIn:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._conns.add(task)
+        self.stats.connections += 1
         try:
             while True:
                 try:
@@ -326,9 +347,7 @@ class StandIn:
                 fault = "duplicates"
             if reply.status == 200 and reply.served:
                 if u["malformed_json"] < f.malformed_json:
-                    # A body that is JSON-shaped but broken in the middle.
-                    cut = max(1, len(reply.body) // 2)
-                    reply = Reply(200, reply.body[:cut] + b"}{,]" + reply.body[cut:])
+                    reply = Reply(200, _break_json(reply.body))
                     fault = "malformed_json"
                 elif u["truncated"] < f.truncated:
                     reply = Reply(200, reply.body[: max(1, len(reply.body) // 2)], headers={"Connection": "close"})
