@@ -19,6 +19,7 @@ from store.errors import UserError
 # Each module defines register(app: typer.Typer). Order = order in --help.
 COMMAND_MODULES = (
     "engines.commands.core",
+    "engines.commands.score",
     "engines.commands.emulate",
     "engines.commands.report",
     "engines.commands.demo",

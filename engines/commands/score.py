@@ -1,0 +1,159 @@
+"""``engines score``: the leaderboard table, JSON and TREC export, from the database only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from engines.commands.common import get_db, info, out_console
+from store.errors import InputError
+
+BY_CHOICES = ("style", "kind", "difficulty")
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def _ci(m: dict | None) -> str:
+    if not m or not m.get("ci") or m["ci"][0] is None:
+        return "—"
+    lo, hi = m["ci"]
+    return f"[{lo:.3f}, {hi:.3f}]"
+
+
+def _main_table(doc: dict) -> Table:
+    title = f"{doc['benchmark']['name']} on {doc['corpus']['name']}@{doc['corpus']['revision']}"
+    if doc.get("subset"):
+        title += f" · subset {doc['subset']}"
+    table = Table(title=title, title_justify="left")
+    if doc["profile"] == "main":
+        metric_cols = list(doc["table_metrics"])
+        cols = ["system", "n", "dropped", *metric_cols, "R@10 95% CI", "badges", "p95 latency"]
+    else:
+        metric_cols = list(doc["table_metrics"])
+        cols = ["system", "n", "dropped", *metric_cols, f"{metric_cols[0]} 95% CI", "badges", "p95 latency"]
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("system", "badges") else "right", no_wrap=c != "badges")
+    systems = sorted(
+        doc["systems"], key=lambda s: -((s["metrics"].get(metric_cols[0]) or {}).get("value") or -1.0)
+    )
+    for s in systems:
+        ci_metric = "R@10" if doc["profile"] == "main" else metric_cols[0]
+        lat = s.get("latency_p95_ms")
+        badges = list(s["badges"])
+        if s.get("unanswered"):
+            badges[badges.index("incomplete")] = f"incomplete ({s['unanswered']} unanswered)"
+        if s.get("licence"):
+            badges.append(s["licence"])
+        table.add_row(
+            s["id"], str(s["n"]), str(s["dropped"]),
+            *[_fmt((s["metrics"].get(m) or {}).get("value")) for m in metric_cols],
+            _ci(s["metrics"].get(ci_metric)), ", ".join(badges),
+            "—" if lat is None else f"{lat:,.0f} ms",
+        )
+    return table
+
+
+def _breakdown_table(doc: dict, dim: str) -> Table | None:
+    values = sorted({v for s in doc["systems"] for v in (s["breakdowns"].get(dim) or {})})
+    if not values:
+        return None
+    keys = ("nDCG@10", "R@10") if doc["profile"] == "main" else ("nDCG", "AP")
+    table = Table(title=f"by {dim}: {keys[0]} / {keys[1]} (n)", title_justify="left")
+    table.add_column("system")
+    for v in values:
+        table.add_column(v, justify="right")
+    for s in doc["systems"]:
+        cells = []
+        for v in values:
+            c = (s["breakdowns"].get(dim) or {}).get(v)
+            cells.append("—" if c is None else f"{_fmt(c.get(keys[0]))} / {_fmt(c.get(keys[1]))} ({c['n']})")
+        table.add_row(s["id"], *cells)
+    return table
+
+
+def _comparison_table(doc: dict) -> Table:
+    table = Table(title="paired bootstrap: A − B", title_justify="left")
+    for c in ("A", "B", "metric", "diff", "95% CI", "p"):
+        table.add_column(c, justify="left" if c in ("A", "B", "metric") else "right")
+    for c in doc["comparisons"]:
+        lo, hi = c["ci"]
+        table.add_row(c["a"], c["b"], c["metric"], f"{c['diff']:+.3f}", f"[{lo:+.3f}, {hi:+.3f}]", f"{c['p']:.3f}")
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("score")
+    def score_cmd(
+        ctx: typer.Context,
+        bench: str = typer.Option(..., "--bench", "-b", help="Benchmark name, e.g. mathlibqr or mathlibmpr."),
+        corpus: Optional[str] = typer.Option(None, "--corpus", "-c", help="Corpus NAME[@REVISION] (default: the only one loaded)."),
+        subset: Optional[str] = typer.Option(None, "--subset", help="Score only a loaded subset, e.g. shared171."),
+        shared_with: List[str] = typer.Option(
+            [], "--shared-with", help="Restrict to gold names also present in this corpus (NAME[@REV]) or name-list file; repeatable."
+        ),
+        snapshot: List[str] = typer.Option(
+            [], "--snapshot", help="SYSTEM=CORPUS_OR_FILE: the snapshot an engine searches (coverage, 'different corpus' badge)."
+        ),
+        system: List[str] = typer.Option([], "--system", "-s", help="Score only these systems (id, label or config-hash prefix); repeatable."),
+        style: List[str] = typer.Option([], "--style", help="Query styles to score (default: the benchmark's primary styles; 'all' for every style)."),
+        by: List[str] = typer.Option([], "--by", help="Also print a breakdown by style, kind or difficulty; repeatable."),
+        compare: Optional[Tuple[str, str]] = typer.Option(None, "--compare", help="Paired bootstrap between two systems: --compare A B."),
+        profile: str = typer.Option("main", "--profile", help="main | mamut | mamut-sklearn (MAMUT numbers are not comparable to main)."),
+        json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full result (curves, CIs, per-query positions) as JSON."),
+        trec_dir: Optional[Path] = typer.Option(None, "--trec", help="Write qrels.txt and one run file per system into this directory."),
+    ) -> None:
+        """Score every system on a benchmark: leaderboard table, CIs, optional JSON / TREC export."""
+        from scoring.results import score, write_json
+
+        for b in by:
+            if b not in BY_CHOICES:
+                raise InputError(f"--by {b!r}: choose one of {', '.join(BY_CHOICES)}")
+        snapshots = {}
+        for item in snapshot:
+            sid, sep, src = item.partition("=")
+            if not sep or not sid or not src:
+                raise InputError(f"--snapshot {item!r}: expected SYSTEM=CORPUS_OR_FILE")
+            snapshots[sid] = src
+        db = get_db(ctx)
+        result = score(
+            db, bench, corpus=corpus, subset=subset, systems=system or None, by=by or None,
+            compare=tuple(compare) if compare and compare[0] else None, profile=profile,
+            shared_with=shared_with or None, snapshots=snapshots or None, styles=style or None,
+        )
+        doc = result.to_json()
+        # Piped output (files, CI logs) gets a wide console so no column is squeezed to "…".
+        console = out_console if out_console.is_terminal else Console(width=240, highlight=False)
+        if doc["banner"]:
+            console.print(f"[bold red]{doc['banner'].upper()}[/bold red]")
+        scope = doc["scope"]
+        info(
+            f"{doc['benchmark']['name']}: {doc['benchmark']['n_queries']} queries in scope, "
+            f"{len(scope['dropped_qids'])} dropped (gold not in {doc['corpus']['name']}), "
+            f"{scope['unresolved_units']} gold units unresolved; profile {doc['profile']}"
+        )
+        if not doc["systems"]:
+            info("no system has answers for these queries yet (crawl or run a local engine first)")
+        else:
+            console.print(_main_table(doc))
+            for dim in by:
+                t = _breakdown_table(doc, dim)
+                if t is not None:
+                    console.print(t)
+                else:
+                    info(f"--by {dim}: this benchmark's queries carry no {dim}")
+            if doc["comparisons"]:
+                console.print(_comparison_table(doc))
+        if json_path is not None:
+            write_json(result, json_path)
+            info(f"wrote {json_path}")
+        if trec_dir is not None:
+            from scoring.export import export_trec
+
+            paths = export_trec(db, result, trec_dir)
+            info(f"wrote {len(paths)} TREC files to {trec_dir}")
