@@ -226,8 +226,8 @@ async def test_paced_client_has_no_violations_and_window_holds():
         sent: list[float] = []
         async with httpx.AsyncClient() as client:
             for _ in range(6):
-                if len(sent) >= rate.n:  # client-side sliding window with a 30 ms margin
-                    wait = sent[-rate.n] + rate.period + 0.03 - time.perf_counter()
+                if len(sent) >= rate.n:  # client-side sliding window with a 60 ms margin
+                    wait = sent[-rate.n] + rate.period + 0.06 - time.perf_counter()
                     if wait > 0:
                         await asyncio.sleep(wait)
                 sent.append(time.perf_counter())
@@ -317,14 +317,14 @@ async def test_connection_reset_reproducible(engine):
 
 
 async def test_timeout_no_answer_then_recovers():
-    first, log, stats = await outcomes("leanexplore", FaultConfig(timeout=0.3), seed=5, n=8, timeout=0.2)
-    again, _, _ = await outcomes("leanexplore", FaultConfig(timeout=0.3), seed=5, n=8, timeout=0.2)
+    first, log, stats = await outcomes("leanexplore", FaultConfig(timeout=0.3), seed=5, n=8, timeout=0.5)
+    again, _, _ = await outcomes("leanexplore", FaultConfig(timeout=0.3), seed=5, n=8, timeout=0.5)
     assert first == again and set(first) == {"ok", "timeout"}
     assert stats.faults["timeout"] == first.count("timeout")
 
 
 async def test_latency_applied_to_a_seeded_share():
-    cfg = FaultConfig(latency=0.15, latency_p=0.5)
+    cfg = FaultConfig(latency=0.3, latency_p=0.5)
     async with StandIn("leanfinder", TINY, faults=cfg, seed=2) as srv:
         adapter = adapter_for("leanfinder", srv)
         slow = []
@@ -332,7 +332,7 @@ async def test_latency_applied_to_a_seeded_share():
             for _ in range(8):
                 t0 = time.perf_counter()
                 await ask(client, adapter, "add comm")
-                slow.append(time.perf_counter() - t0 >= 0.15)
+                slow.append(time.perf_counter() - t0 >= 0.3)
     assert 0 < sum(slow) < 8
     async with StandIn("leanfinder", TINY, faults=cfg, seed=2) as srv2:
         adapter = adapter_for("leanfinder", srv2)
@@ -341,7 +341,7 @@ async def test_latency_applied_to_a_seeded_share():
             for _ in range(8):
                 t0 = time.perf_counter()
                 await ask(client, adapter, "add comm")
-                again.append(time.perf_counter() - t0 >= 0.15)
+                again.append(time.perf_counter() - t0 >= 0.3)
     assert again == slow
 
 
@@ -401,7 +401,7 @@ def test_in_thread_serves_a_subprocess_client(tmp_path):
         "r = httpx.Client().send(a.build_request(['add comm']))\n"
         "print(','.join(h.name for h in a.parse(['add comm'], r.status_code, r.headers, r.content)[0]))\n"
     )
-    with StandIn("loogle", corpus, rate=Rate(5, 10.0)).in_thread() as srv:
+    with StandIn("loogle", corpus, rate=Rate(5, 10.0)) as srv:  # sync use = in_thread()
         env = {**__import__("os").environ, "ENGINES_LOOGLE_URL": srv.url}
         proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr

@@ -202,16 +202,13 @@ class StandIn:
             thread.join(timeout=10)
             loop.close()
 
-    def serve_forever(self) -> None:
-        """Block serving until interrupted (the CLI)."""
-        async def main() -> None:
-            await self.start()
-            try:
-                await asyncio.Event().wait()
-            finally:
-                await self.stop()
+    def __enter__(self) -> "StandIn":
+        """Sync use: the same as ``in_thread()``."""
+        self._thread_cm = self.in_thread()
+        return self._thread_cm.__enter__()
 
-        asyncio.run(main())
+    def __exit__(self, *exc: Any) -> None:
+        self._thread_cm.__exit__(*exc)
 
     # ---------------------------------------------------------------- HTTP
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
