@@ -173,6 +173,16 @@ class WorkQueue:
             self.held[sha] = until
         return [(sha, self.texts[sha]) for sha in shas if sha in self.texts]
 
+    def others_holding(self) -> int:
+        """Due texts of this benchmark leased right now by other (live) workers."""
+        with self.db.session() as s:
+            return s.scalar(
+                sa.select(sa.func.count()).select_from(WorkLease).where(
+                    *self._key(), WorkLease.status == "leased", WorkLease.leased_until >= self.clock(),
+                    WorkLease.worker != self.worker, self._bench_filter(),
+                )
+            ) or 0
+
     def renew(self, shas: list[str]) -> None:
         """Extend this worker's leases when less than half the TTL is left."""
         now = self.clock()

@@ -337,6 +337,11 @@ async def _crawl_engine(
             k = batch if opts.limit is None else min(batch, opts.limit - res.sent_texts)
             items = eng.queue.claim(k)
             if not items:
+                if eng.queue.others_holding():
+                    # Other workers hold the rest: wait for them, and take over any lease
+                    # that expires (a dead worker) instead of exiting with work remaining.
+                    await asyncio.sleep(min(5.0, max(0.2, interval)))
+                    continue
                 break
             eng.queue.renew([sha for sha, _ in items])
             res.sent_texts += len(items)

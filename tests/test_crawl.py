@@ -1,0 +1,330 @@
+"""The crawler against stand-in servers over real loopback sockets, at scaled rates.
+
+Every stand-in enforces the same limit the crawler is given and counts what breaks it
+from its own side (``stats.violations``, arrival times). Databases are real SQLite
+files and the real PostgreSQL server (``pg_url``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from benchmarks import SLICE_CORPUS, shipped_path
+from crawler.fetch import RetryPolicy, parse_retry_after, redact_headers, redact_url
+from crawler.pacing import max_in_window
+from crawler.run import CrawlOptions, Reporter, run_crawl
+from engines.base import Rate
+from engines.cli import app
+from engines.emulate import FaultConfig, StandIn
+from store.benchmarks import load_benchmark_file
+from store.db import open_database
+from store.models import Answer, Exchange, ParseOutcome, SendLog, WorkLease
+
+ROOT = Path(__file__).resolve().parent.parent
+RATE = Rate(10, 0.5)  # scaled: 20 requests/s, windows of 0.5 s
+N_MPR = 69  # MathlibMPR primary (natural-language) query texts
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    with open(SLICE_CORPUS, encoding="utf-8") as fh:
+        return [json.loads(line) for line in itertools.islice(fh, 400)]
+
+
+def _load_mpr(url: str) -> None:
+    db = open_database(url)
+    try:
+        load_benchmark_file(db, shipped_path("MathlibMPR.json"))
+    finally:
+        db.dispose()
+
+
+@pytest.fixture
+def mpr_url(sqlite_url: str) -> str:
+    _load_mpr(sqlite_url)
+    return sqlite_url
+
+
+class Quiet(Reporter):
+    def __init__(self) -> None:
+        super().__init__(every=1e9)
+        self.lines: list[str] = []
+
+    def log(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def crawl(url: str, engines: dict[str, StandIn], *, rate: Rate = RATE, **kw) -> tuple:
+    db = open_database(url)
+    rep = Quiet()
+    policy = kw.pop("policy", RetryPolicy(backoff_initial=0.02, backoff_max=0.2))
+    try:
+        opts = CrawlOptions(engines=list(engines), bench="mathlibmpr", rates={"*": rate},
+                            urls={k: v.url for k, v in engines.items()}, policy=policy, **kw)
+        summary = run_crawl(db, opts, rep)
+    finally:
+        db.dispose()
+    return summary, rep
+
+
+def table_count(url: str, model, *where) -> int:
+    db = open_database(url)
+    try:
+        with db.session() as s:
+            return s.scalar(sa.select(sa.func.count()).select_from(model).where(*where))
+    finally:
+        db.dispose()
+
+
+def assert_server_window(srv: StandIn, rate: Rate) -> None:
+    assert srv.stats.violations == 0
+    assert max_in_window(srv.stats.receive_times, rate.period) <= rate.n
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def test_retry_after_forms_and_redaction() -> None:
+    now = 1_000_000.0
+    assert parse_retry_after("5", now) == 5.0
+    assert parse_retry_after(" 2.5 ", now) == 2.5
+    http_date = "Mon, 12 Jan 1970 13:46:50 GMT"  # 1,000,010 s after the epoch
+    assert parse_retry_after(http_date, now) == pytest.approx(10.0)
+    assert parse_retry_after("Mon, 01 Jan 1970 00:00:00 GMT", now) == 0.0
+    assert parse_retry_after("soon", now) is None and parse_retry_after(None, now) is None
+    h = redact_headers({"Authorization": "Bearer s3cret", "X-Api-Key": "k", "User-Agent": "engines"})
+    assert h == {"Authorization": "[redacted]", "X-Api-Key": "[redacted]", "User-Agent": "engines"}
+    assert "s3cret" not in redact_url("https://h/x?q=a&api_key=s3cret")
+    assert "q=a" in redact_url("https://h/x?q=a&api_key=s3cret")
+
+
+# ----------------------------------------------------------------- happy path
+
+
+def test_two_engines_concurrently_zero_violations_and_fetch_once(mpr_url: str, rows) -> None:
+    with StandIn("leansearch", rows, rate=RATE).in_thread() as a, \
+            StandIn("leanexplore", rows, rate=RATE).in_thread() as b:
+        t0 = time.monotonic()
+        summary, rep = crawl(mpr_url, {"leansearch": a, "leanexplore": b})
+        wall = time.monotonic() - t0
+        assert summary.exit_code == 0, rep.lines
+        for srv in (a, b):
+            assert_server_window(srv, RATE)
+            assert srv.stats.requests == N_MPR  # one request per text, nothing sent twice
+        # Concurrent engines: about one engine's paced time (69 / 20 per s ≈ 3.5 s), not the sum.
+        assert wall < 2 * (N_MPR / (RATE.n / RATE.period)) * 0.8
+        assert table_count(mpr_url, Answer) == 2 * N_MPR
+        assert table_count(mpr_url, Exchange) == 2 * N_MPR
+        assert table_count(mpr_url, ParseOutcome, ParseOutcome.ok.is_(True)) == 2 * N_MPR
+        assert table_count(mpr_url, SendLog) == 2 * N_MPR
+        assert table_count(mpr_url, WorkLease) == 0
+        # Fetch once: a second run sends nothing.
+        summary2, _ = crawl(mpr_url, {"leansearch": a, "leanexplore": b})
+        assert summary2.exit_code == 0
+        assert a.stats.requests == N_MPR and b.stats.requests == N_MPR
+        # --refresh opens epoch 1; epoch 0 stays intact.
+        summary3, _ = crawl(mpr_url, {"leansearch": a}, refresh=True, limit=5)
+        assert summary3.exit_code == 3  # limit reached, work remains in the new epoch
+        assert a.stats.requests == N_MPR + 5
+        assert table_count(mpr_url, Answer, Answer.epoch == 1) == 5
+        assert table_count(mpr_url, Answer, Answer.epoch == 0) == 2 * N_MPR
+        assert_server_window(a, RATE)
+    # The views answer the documented questions.
+    db = open_database(mpr_url)
+    try:
+        with db.engine.connect() as conn:
+            row = conn.exec_driver_sql(
+                "SELECT engine, query_id, query_text, rank, returned_name, resolved_full_name, fetched_at "
+                "FROM v_hits WHERE engine = 'leansearch' AND epoch = 0 AND rank = 1 ORDER BY query_id LIMIT 1"
+            ).one()
+            assert row.query_id.startswith("mathlibmpr_") and row.returned_name
+            n = conn.exec_driver_sql("SELECT count(*) FROM v_answers WHERE epoch = 0").scalar()
+            assert n == 2 * N_MPR
+    finally:
+        db.dispose()
+
+
+# ------------------------------------------------------------------- faults
+
+
+def test_faults_are_survived_and_archived(mpr_url: str, rows) -> None:
+    faults = FaultConfig(error_5xx=0.15, reset=0.05, timeout=0.05, html_200=0.05, truncated=0.05)
+    with StandIn("leanfinder", rows, rate=RATE, faults=faults, seed=7).in_thread() as srv:
+        summary, rep = crawl(mpr_url, {"leanfinder": srv}, limit=30, timeout=0.4,
+                             policy=RetryPolicy(max_attempts=8, backoff_initial=0.02, backoff_max=0.1))
+        assert_server_window(srv, RATE)
+        injected = sum(srv.stats.faults.values())
+        assert injected >= 3, srv.stats.faults  # the faults did happen
+        res = summary.results[0]
+        assert res.answered_now == 30 and res.exhausted == 0, rep.lines
+        assert summary.exit_code == 3  # limit 30 of 69
+        # Every attempt is archived: the server's requests equal the archived exchanges.
+        assert table_count(mpr_url, Exchange) == srv.stats.requests == res.attempts
+        n_transport = table_count(mpr_url, Exchange, Exchange.transport_error.is_not(None))
+        assert n_transport == srv.stats.faults["reset"] + srv.stats.faults["timeout"]
+        # Parse failures are stored against their exchange and never become answers.
+        bad = table_count(mpr_url, ParseOutcome, ParseOutcome.ok.is_(False))
+        assert bad == srv.stats.faults["html_200"] + srv.stats.faults["truncated"]
+        assert table_count(mpr_url, Answer) == 30
+        db = open_database(mpr_url)
+        try:
+            with db.session() as s:
+                failed_ex = set(s.execute(sa.select(ParseOutcome.exchange_id).where(ParseOutcome.ok.is_(False))).scalars())
+                answer_ex = set(s.execute(sa.select(Answer.exchange_id)).scalars())
+                assert not failed_ex & answer_ex
+                ua = s.execute(sa.select(Exchange.request_headers)).scalars().first()
+                assert ua["user-agent"].startswith("engines/")
+        finally:
+            db.dispose()
+
+
+def test_429_with_retry_after_pauses_the_host(mpr_url: str, rows) -> None:
+    """The client is told a faster rate than the server allows: the server's 429 +
+    Retry-After must hold every later request until the pause is over."""
+    server_rate = Rate(4, 0.5)
+    with StandIn("leanexplore", rows, rate=server_rate).in_thread() as srv:
+        summary, rep = crawl(mpr_url, {"leanexplore": srv}, rate=Rate(20, 0.5), limit=12)
+        assert summary.results[0].answered_now == 12, rep.lines
+        log = srv.stats.log
+        limited = [e for e in log if e.get("status") == 429]
+        assert limited, "the server never rate-limited: the test lost its teeth"
+        for e in limited:
+            later = [x["t"] for x in log if x["i"] > e["i"]]
+            if later:  # Retry-After is at least 1 s (rounded up by the server)
+                assert min(later) >= e["t"] + 1.0 - 0.01
+        assert any("Retry-After" in line for line in rep.lines)
+
+
+def test_permanent_4xx_is_recorded_not_retried_then_retry_failed(mpr_url: str, rows) -> None:
+    with StandIn("leanexplore", rows, rate=RATE, faults=FaultConfig(maintenance=(0, 3))).in_thread() as srv:
+        summary, rep = crawl(mpr_url, {"leanexplore": srv}, limit=5)
+        res = summary.results[0]
+        assert srv.stats.requests == 5  # the three 405s were not retried
+        assert res.failed_now == 3 and res.answered_now == 2
+        assert res.counts.failed == 3
+        assert table_count(mpr_url, WorkLease, WorkLease.status == "failed") == 3
+        # Failed texts are not due any more; --retry-failed sends them again.
+        summary2, _ = crawl(mpr_url, {"leanexplore": srv}, limit=3, retry_failed=True)
+        assert summary2.results[0].answered_now == 3
+        assert table_count(mpr_url, WorkLease, WorkLease.status == "failed") == 0
+
+
+def test_circuit_breaker_stops_one_engine_others_continue(mpr_url: str, rows) -> None:
+    with StandIn("leansearch", rows, rate=RATE, faults=FaultConfig(schema_drift=1.0)).in_thread() as bad, \
+            StandIn("leanexplore", rows, rate=RATE).in_thread() as good:
+        summary, rep = crawl(mpr_url, {"leansearch": bad, "leanexplore": good},
+                             policy=RetryPolicy(max_attempts=3, backoff_initial=0.01, backoff_max=0.05,
+                                                breaker_threshold=4))
+        assert summary.exit_code == 4
+        by = {r.engine: r for r in summary.results}
+        assert by["leansearch"].stopped.startswith("broken")
+        assert bad.stats.requests == 4  # stopped at exactly K consecutive failures
+        assert by["leanexplore"].counts.pending == 0 and good.stats.requests == N_MPR
+        assert sum("consecutive failed attempts" in line for line in rep.lines) == 1
+        assert table_count(mpr_url, Answer, Answer.config_id == by["leansearch"].config_id) == 0
+
+
+# ------------------------------------------------------- processes and CLI
+
+
+def _cli(url: str, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "ENGINES_DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "engines.cli", *args], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_answers(url: str, n: int, timeout: float = 30.0) -> None:
+    t0 = time.monotonic()
+    while table_count(url, Answer) < n:
+        assert time.monotonic() - t0 < timeout, "crawler made no progress"
+        time.sleep(0.05)
+
+
+def test_sigkill_mid_crawl_then_restart_answers_everything_once(mpr_url: str, rows) -> None:
+    args = ("crawl", "leansearch", "--bench", "mathlibmpr", "--rate", "10/0.5s", "--backoff", "0.02")
+    with StandIn("leansearch", rows, rate=RATE, faults=FaultConfig(latency=0.01)).in_thread() as srv:
+        args = (*args, "--url", f"leansearch={srv.url}")
+        first = _cli(mpr_url, *args)
+        try:
+            _wait_answers(mpr_url, 20)
+            # A second crawler on the same SQLite file is refused with one clear line.
+            second = _cli(mpr_url, *args)
+            out, err = second.communicate(timeout=60)
+            assert second.returncode == 5, err
+            assert "already crawling" in err and err.count("\n") == 1
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.communicate(timeout=10)
+        killed_at = table_count(mpr_url, Answer)
+        assert 20 <= killed_at < N_MPR
+        restart = _cli(mpr_url, *args)
+        out, err = restart.communicate(timeout=60)
+        assert restart.returncode == 0, err
+        assert_server_window(srv, RATE)  # across the kill and the restart
+        db = open_database(mpr_url)
+        try:
+            with db.session() as s:
+                shas = list(s.execute(sa.select(Answer.query_sha256)).scalars())
+                n_ex = s.scalar(sa.select(sa.func.count()).select_from(Exchange))
+        finally:
+            db.dispose()
+        assert len(shas) == len(set(shas)) == N_MPR  # every text answered exactly once
+        # No exchange lost: at most the one request in flight at the kill is missing.
+        assert srv.stats.requests - n_ex in (0, 1)
+        assert srv.stats.requests <= N_MPR + 1  # nothing answered was sent again
+        assert "0 answered now" not in err and "exit 0" in err
+
+
+@pytest.mark.postgres
+def test_two_workers_on_postgres_split_work_without_duplicates(pg_url: str, rows) -> None:
+    _load_mpr(pg_url)
+    with StandIn("leanexplore", rows, rate=RATE).in_thread() as srv:
+        args = ("crawl", "leanexplore", "--bench", "mathlibmpr", "--rate", "10/0.5s",
+                "--url", f"leanexplore={srv.url}")
+        procs = [_cli(pg_url, *args) for _ in range(2)]
+        outs = [p.communicate(timeout=90) for p in procs]
+        for p, (_, err) in zip(procs, outs):
+            assert p.returncode == 0, err
+        # One pacing budget for both processes: zero violations from the server's side.
+        assert_server_window(srv, RATE)
+        assert srv.stats.requests == N_MPR  # no text sent twice
+        db = open_database(pg_url)
+        try:
+            with db.session() as s:
+                per_crawl = dict(s.execute(
+                    sa.select(Exchange.crawl_id, sa.func.count()).group_by(Exchange.crawl_id)).all())
+                shas = list(s.execute(sa.select(Answer.query_sha256)).scalars())
+                sends = list(s.execute(sa.select(SendLog.sent_at)).scalars())
+        finally:
+            db.dispose()
+        assert len(shas) == len(set(shas)) == N_MPR
+        assert len(per_crawl) == 2 and all(v > 0 for v in per_crawl.values()), per_crawl
+        assert max_in_window(sends, RATE.period) <= RATE.n
+
+
+def test_status_and_readonly_sql(mpr_url: str, rows) -> None:
+    with StandIn("leanexplore", rows, rate=RATE).in_thread() as srv:
+        crawl(mpr_url, {"leanexplore": srv}, limit=4)
+    runner = CliRunner()
+    env = {"ENGINES_DATABASE_URL": mpr_url}
+    res = runner.invoke(app, ["status", "--bench", "mathlibmpr"], env=env)
+    assert res.exit_code == 0, res.output
+    assert "4/69" in res.stdout and "65" in res.stdout
+    res = runner.invoke(app, ["sql", "--tsv", "SELECT engine, count(*) AS n FROM v_answers GROUP BY engine"], env=env)
+    assert res.exit_code == 0 and res.stdout.splitlines() == ["engine\tn", "leanexplore\t4"]
+    res = runner.invoke(app, ["sql", "DELETE FROM answers"], env=env)
+    assert res.exit_code == 1 and "readonly" in res.stderr.replace("-", "")
+    assert table_count(mpr_url, Answer) == 4
+    res = runner.invoke(app, ["sql", "SELEC nonsense"], env=env)
+    assert res.exit_code == 1 and res.stderr.startswith("error: SQL error")
