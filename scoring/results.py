@@ -235,7 +235,8 @@ def _find_systems(session: sa.orm.Session, shas: Sequence[str]) -> list[SystemRe
     pairs: set[tuple[int, int]] = set()
     for chunk in _chunks(list(shas)):
         pairs.update(
-            session.execute(sa.select(a.c.config_id, a.c.epoch).where(a.c.query_sha256.in_(chunk)).distinct()).tuples()
+            (int(cid), int(ep))
+            for cid, ep in session.execute(sa.select(a.c.config_id, a.c.epoch).where(a.c.query_sha256.in_(chunk)).distinct())
         )
     if not pairs:
         return []
@@ -432,7 +433,7 @@ def score(
         queries=[
             {"qid": q.qid, "text": q.text, "style": q.style, "kind": q.kind, "difficulty": q.difficulty,
              "target_id": q.target_id, "gold": [list(names) for _, names in units],
-             "gold_kinds": [u.kind for u, _ in units]}
+             "gold_kinds": [u.kind for u, _ in units], "gold_ordinals": [u.ordinal for u, _ in units]}
             for q, units in scored
         ],
         comparisons=comparisons,
