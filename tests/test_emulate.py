@@ -409,3 +409,16 @@ def test_in_thread_serves_a_subprocess_client(tmp_path):
         with httpx.Client() as client:
             assert client.get(f"{srv.url}/json", params={"q": "commutative"}).json()["count"] == 3
         assert (srv.stats.requests, srv.stats.violations) == (2, 0)
+
+
+async def test_concurrent_burst_counts_every_excess_request():
+    async with StandIn("leanexplore", TINY, rate=Rate(5, 30.0)) as srv:
+        adapter = adapter_for("leanexplore", srv)
+        async with httpx.AsyncClient() as client:
+            resps = await asyncio.gather(*(client.send(adapter.build_request([f"add comm {i}"])) for i in range(12)))
+        codes = sorted(r.status_code for r in resps)
+        assert codes == [200] * 5 + [429] * 7
+        assert (srv.stats.requests, srv.stats.violations, srv.stats.served) == (12, 7, 5)
+        assert srv.stats.connections > 1  # really concurrent connections
+        ok = [r for r in resps if r.status_code == 200]
+        assert all([h.name for h in adapter.parse(["q"], 200, r.headers, r.content)[0]] == EXPECTED["add comm"] for r in ok)
