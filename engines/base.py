@@ -15,6 +15,9 @@ Contract (the crawler relies on exactly this):
   200 + ``error``). Retryable HTTP statuses are decided by the crawler, not here.
 - ``adapter.identity()`` → the result-changing parameters; ``config_hash(identity)``
   keys the cache, so changing any of them makes a new configuration.
+
+Also here: :func:`parse_rate` (``"3/30s"`` → :class:`Rate`), and the plumbing the remote
+adapters share (:class:`RemoteAdapter`, :func:`decode_json_body`, :func:`redact_headers`).
 """
 
 from __future__ import annotations
