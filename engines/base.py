@@ -168,11 +168,13 @@ def decode_json_body(engine: str, status_code: int, headers: Mapping[str, str], 
     if not body.strip():
         raise EngineParseError(f"{engine}: empty body (status {status_code})")
     try:
-        return json.loads(body.decode("utf-8"))
+        text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise EngineParseError(f"{engine}: body is not UTF-8: {exc}") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        kind = "truncated" if exc.pos >= len(body.rstrip()) - 1 else "malformed"
+        kind = "truncated" if exc.pos >= len(text.rstrip()) - 1 else "malformed"
         raise EngineParseError(f"{engine}: {kind} JSON at char {exc.pos}: {exc.msg}") from None
 
 

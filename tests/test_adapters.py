@@ -343,3 +343,15 @@ def test_request_is_sendable_httpx_request():
         resp = client.send(a.build_request(["q"]))
     assert seen["ua"] == USER_AGENT
     assert [h.name for h in a.parse(["q"], resp.status_code, resp.headers, resp.content)[0]] == ["Fin2.IsLT.succ"]
+
+
+def test_parse_error_messages_name_the_problem():
+    a = get_adapter("leansearch")
+    with pytest.raises(EngineParseError, match="truncated JSON"):
+        a.parse(["q"], 200, JSON_CT, enc(LS_DOC)[:-5])
+    with pytest.raises(EngineParseError, match="malformed JSON"):
+        a.parse(["q"], 200, JSON_CT, b'[[{"result": ,, }]]')
+    with pytest.raises(EngineParseError, match="HTML page"):
+        a.parse(["q"], 200, {"Content-Type": "text/html"}, HTML)
+    with pytest.raises(EngineHTTPError, match="HTTP 502"):
+        a.parse(["q"], 502, {"Content-Type": "text/html"}, HTML)
