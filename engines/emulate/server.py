@@ -80,7 +80,7 @@ class Stats:
 
     requests: int = 0
     violations: int = 0
-    served: int = 0  # 200 answers carrying results
+    served: int = 0  # 200 answers carrying results (schema-drift and duplicate answers included)
     connections: int = 0  # TCP connections accepted (keep-alive reuses one)
     receive_times: list[float] = field(default_factory=list)
     statuses: Counter = field(default_factory=Counter)
