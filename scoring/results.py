@@ -376,6 +376,11 @@ def score(
         scope_shas = sorted({q.sha for q, _ in in_scope})
         refs = _select_systems(_find_systems(s, scope_shas), systems)
         snap_names = _snapshot_names(s, snapshots or {}, refs, gold)
+        ids = {r.id for r in refs}
+        for pair in pairs:
+            for w in pair:
+                if w not in ids:
+                    raise InputError(f"--compare: no system {w!r} in this scoring run (systems: {', '.join(sorted(ids)) or 'none'})")
 
     boot = Bootstrap.draw(n, resamples=resamples, seed=seed)
     scored_queries = [q for q, _ in scored]

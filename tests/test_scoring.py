@@ -121,13 +121,17 @@ def test_perfect_and_half_answered_systems_exact(cache):
 def test_result_cap_makes_metrics_above_n_undefined(cache):
     qs = bench_queries(cache, "mathlibqr")
     cid = make_config(cache, "capped", result_cap=50)
-    answer_all(cache, cid, qs, lambda q: filler(40) + [gold_name(q)])
+    answer_all(cache, cid, qs[:150], lambda q: filler(40) + [gold_name(q)])
     s = score(cache, "mathlibqr").to_json()["systems"][0]
     assert "k≤50" in s["badges"]
-    assert s["metrics"]["R@50"]["value"] == 1.0
+    frac = (s["n"] - s["unanswered"]) / s["n"]
+    assert 0 < frac < 1
+    assert s["metrics"]["R@50"]["value"] == pytest.approx(frac)
+    assert s["metrics"]["R@10"]["value"] == 0.0
     assert s["metrics"]["R@100"] == {"value": None, "ci": None}
-    assert s["metrics"]["MRR"]["value"] == pytest.approx(1 / 41)
-    assert s["curves"]["R"][49] == 1.0 and s["curves"]["R"][50:] == [None] * 150
+    assert s["metrics"]["MRR"]["value"] == pytest.approx(frac / 41)
+    assert s["curves"]["R"][39] == 0.0 and s["curves"]["R"][40] == pytest.approx(frac)
+    assert s["curves"]["R"][49] == pytest.approx(frac) and s["curves"]["R"][50:] == [None] * 150
     assert s["curves"]["R_lo"][50] is None and s["curves"]["nDCG"][50] is None
 
 
