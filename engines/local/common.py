@@ -163,8 +163,9 @@ class PendingQuery:
 
 def pending_queries(
     db: Database, benchmark_id: int, config_id: int, epoch: int, limit: int | None = None
-) -> tuple[list[PendingQuery], int]:
-    """Distinct query texts of a benchmark not yet answered by this config (and the total)."""
+) -> tuple[list[PendingQuery], int, int]:
+    """Distinct query texts of a benchmark (the first ``limit`` of them) not yet answered by
+    this config, the number of distinct texts, and how many wanted ones were already answered."""
     with db.session() as s:
         rows = s.execute(
             sa.select(Query.text, Query.query_sha256).where(Query.benchmark_id == benchmark_id).order_by(Query.id)
@@ -177,10 +178,11 @@ def pending_queries(
     seen: dict[str, PendingQuery] = {}
     for text, sha in rows:
         seen.setdefault(sha, PendingQuery(text, sha))
-    todo = [q for sha, q in seen.items() if sha not in done]
+    wanted = list(seen.values())
     if limit is not None:
-        todo = todo[:limit]
-    return todo, len(seen)
+        wanted = wanted[:limit]  # the benchmark's first N texts, as the crawler's --limit takes them
+    todo = [q for q in wanted if q.query_sha256 not in done]
+    return todo, len(seen), len(wanted) - len(todo)
 
 
 def ensure_local_config(

