@@ -85,14 +85,15 @@ def _f(x: Any) -> float | None:
 
 def summarize(curves: Curves, boot: Bootstrap, names: Sequence[str], cap: int | None) -> dict[str, dict[str, Any]]:
     """{name: {"value": mean, "ci": [lo, hi]}} with None above the cap."""
-    out: dict[str, dict[str, Any]] = {}
-    for name in names:
-        if not defined(name, cap) or boot.n == 0:
-            out[name] = {"value": None, "ci": None}
-            continue
-        x = per_query(curves, name)
-        lo, hi = boot.interval(x)
-        out[name] = {"value": _f(x.mean()), "ci": [_f(lo), _f(hi)]}
+    out: dict[str, dict[str, Any]] = {name: {"value": None, "ci": None} for name in names}
+    live = [name for name in names if defined(name, cap)]
+    if not live or boot.n == 0:
+        return out
+    # One (n × metrics) matrix: a single resampling product instead of one per metric.
+    x = np.column_stack([per_query(curves, name) for name in live])
+    lo, hi = boot.interval(x)
+    for j, name in enumerate(live):
+        out[name] = {"value": _f(x[:, j].mean()), "ci": [_f(lo[j]), _f(hi[j])]}
     return out
 
 
