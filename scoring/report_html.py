@@ -105,12 +105,15 @@ def _value_cell(system: dict[str, Any], name: str, best: float | None) -> str:
     return f'<td class="{cls}">{fmt(v)}{ci_html}</td>'
 
 
-def _leaderboard(systems: list[dict[str, Any]], colours: dict[str, str], n_queries: int | None) -> str:
+def _leaderboard(
+    systems: list[dict[str, Any]], colours: dict[str, str], n_queries: int | None,
+    metrics: Sequence[str] = TABLE_METRICS,
+) -> str:
     best = {}
-    for name in TABLE_METRICS:
+    for name in metrics:
         vals = [v for v, _ in (_metric(s, name) for s in systems) if v is not None]
         best[name] = max(vals) if vals else None
-    head = "".join(f'<th class="num" title="95% bootstrap CI below each value">{e(m)}</th>' for m in TABLE_METRICS)
+    head = "".join(f'<th class="num" title="95% bootstrap CI below each value">{e(m)}</th>' for m in metrics)
     rows = []
     for i, s in enumerate(systems, 1):
         label = system_label(s)
@@ -121,7 +124,7 @@ def _leaderboard(systems: list[dict[str, Any]], colours: dict[str, str], n_queri
                 "local" if s.get("local") else "remote",
             ) if x
         )
-        cells = "".join(_value_cell(s, m, best[m]) for m in TABLE_METRICS)
+        cells = "".join(_value_cell(s, m, best[m]) for m in metrics)
         dropped = s.get("dropped")
         unanswered = s.get("unanswered") or 0
         cov = s.get("coverage")
@@ -137,7 +140,7 @@ def _leaderboard(systems: list[dict[str, Any]], colours: dict[str, str], n_queri
             f'<td class="num{" alert" if unanswered else ""}">{e(unanswered)}</td>'
             f"{cells}"
             f'<td class="num">{fmt(cov) if isinstance(cov, (int, float)) else e(cov) if cov is not None else "—"}</td>'
-            f'<td class="num">{fmt(lat, 0) if isinstance(lat, (int, float)) else "—"}</td></tr>'
+            f'<td class="num">{fmt(lat, 0 if lat >= 10 else 1) if isinstance(lat, (int, float)) else "—"}</td></tr>'
         )
     total = f" of {n_queries}" if n_queries else ""
     return (
@@ -256,7 +259,8 @@ def _curves(systems: list[dict[str, Any]], colours: dict[str, str], kmax: int) -
     for key, title in (("P", "P@k (precision at k)"), ("Covered", "Covered@k (every gold unit found)")):
         if any((s.get("curves") or {}).get(key) for s in systems):
             charts.append(curve_svg(systems, colours, key, title, kmax))
-    pr = [s for s in systems if (s.get("pr") or {}).get("recall")]
+    # Interpolated PR is flat and uninformative with one gold per query: drawn only with P@k.
+    pr = [s for s in systems if (s.get("pr") or {}).get("recall") and (s.get("curves") or {}).get("P")]
     if pr:
         charts.append(_pr_svg(pr, colours))
     return _legend(systems, colours) + '<div class="charts">' + "".join(charts) + "</div>"
@@ -357,10 +361,12 @@ def _comparisons(comparisons: list[dict[str, Any]]) -> str:
     )
 
 
-def _rank_cell(positions: list[Any] | None, present: bool) -> tuple[str, str]:
+def _rank_cell(positions: list[Any] | None, present: bool, answered: bool = True) -> tuple[str, str]:
     """(css class, text) for one system's ranks of a query's gold units."""
     if not present:
         return "na", "n/a"
+    if not answered:
+        return "unans", "✗"
     if not positions:
         return "miss", "—"
     found = [p for p in positions if p is not None]
@@ -390,7 +396,10 @@ def _explorer(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) -> s
         scored = 0
         for pq in per_query:
             entry = pq.get(qid)
-            cls, text = _rank_cell(entry.get("positions") if entry else None, entry is not None)
+            cls, text = _rank_cell(
+                entry.get("positions") if entry else None, entry is not None,
+                bool(entry.get("answered", True)) if entry else True,
+            )
             if entry is not None:
                 scored += 1
                 found += cls in ("r1", "r10", "rk")
@@ -411,7 +420,7 @@ def _explorer(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) -> s
         '<option value="all">found by every system</option><option value="dropped">dropped (gold not in corpus)</option></select>'
         f' <span id="qcount">{len(rows)} queries</span></div>'
         '<p class="note">Cells: the rank at which the system returned the gold (several gold units: one rank each); '
-        '— not found within k_max; n/a not scored for this system.</p>'
+        '— not found within k_max; ✗ never answered (scored 0); n/a not scored for this system.</p>'
         '<div class="qwrap"><table id="queries-table" class="queries"><thead><tr><th>id</th><th>style</th><th>kind</th>'
         f'<th>difficulty</th><th>query</th><th>gold</th>{head}</tr></thead><tbody>'
         + "".join(rows) + "</tbody></table></div>"
@@ -466,7 +475,17 @@ def _methodology(score: dict[str, Any], systems: list[dict[str, Any]], json_sha:
     ]
     for label, key, value in _renderer_hashes(systems):
         rows.append((f"renderer ({label})", f"{key} = {value}"))
+    scope = score.get("scope") or {}
+    if scope.get("styles"):
+        rows.append(("styles scored", ", ".join(map(str, scope["styles"]))))
     dl = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in rows)
+    dropped = scope.get("dropped_qids") or []
+    if dropped:
+        dl += (
+            f"<dt>dropped queries</dt><dd><details><summary>{len(dropped)} queries whose gold is not in this corpus "
+            "(a coverage gap: not scored, not zero)</summary>"
+            f'<p class="mono">{e(", ".join(map(str, dropped)))}</p></details></dd>'
+        )
     sys_rows = "".join(
         f'<tr><td>{e(system_label(s))}</td><td>{e(s.get("engine"))}</td><td class="mono">{e(s.get("config_hash"))}</td>'
         f'<td class="num">{e(s.get("epoch"))}</td><td>{"local" if s.get("local") else "remote"}</td>'
@@ -533,7 +552,7 @@ td.bar{background:linear-gradient(90deg,#d7e8f7 var(--w),transparent var(--w))}
 .queries td{font-size:12.5px}.qtext{max-width:380px}.gold{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;max-width:220px;word-break:break-all}
 .qid{white-space:nowrap;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px}
 td.rank.r1{background:#b9e4c4;font-weight:700}td.rank.r10{background:#dcf1e1}td.rank.rk{background:#fdf0c6}
-td.rank.miss{background:#f6dcdc;color:#8a1c15}td.rank.na{color:#9aa3ad}
+td.rank.miss{background:#f6dcdc;color:#8a1c15}td.rank.na{color:#9aa3ad}td.rank.unans{background:#e9d3f0;color:#5b2a80;font-weight:700}
 dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px}dl.meta dt{font-weight:600}dl.meta dd{margin:0;word-break:break-all}
 .mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;word-break:break-all}.small{font-size:11px}
 footer{margin-top:30px;color:var(--muted);font-size:12px}
@@ -575,7 +594,7 @@ def render_html(score: dict[str, Any], *, json_sha256: str = "") -> str:
         f'<section id="leaderboard"><h2>Leaderboard</h2>'
         f'<p class="note">Sorted by {e(HEADLINE)}. Every value is a macro average in [0, 1] with its 95% bootstrap '
         "interval below; — means undefined (beyond a result cap). Bold: best in column.</p>"
-        f"{_leaderboard(systems, colours, bench.get('n_queries'))}</section>"
+        f"{_leaderboard(systems, colours, bench.get('n_queries'), score.get('table_metrics') or TABLE_METRICS)}</section>"
         f'<section id="curves"><h2>Curves over k</h2><p class="note">Shaded: 95% bootstrap band. '
         "A line that stops early belongs to a service that returns fewer than k_max results.</p>"
         f"{_curves(systems, colours, kmax)}</section>"

@@ -196,12 +196,32 @@ def _crawl_standin(db: Any, engine: str, limit: int | None) -> str:
     raise _Skip("stand-ins / crawler not wired yet")
 
 
+def _local_note(summary: Any) -> str:
+    index = "index cached" if summary.index_cached else f"index built in {summary.index_seconds:.1f}s"
+    return (
+        f"{summary.label}: {summary.answered} query texts answered"
+        + (f", {summary.skipped} already in the database" if summary.skipped else "")
+        + f"; {index}, queries {summary.search_seconds:.1f}s"
+    )
+
+
 def _run_bm25(db: Any, limit: int | None) -> str:
-    raise _Skip("bm25 not wired yet")
+    from benchmarks import SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
+    from engines.local.runner import run_bm25
+
+    return _local_note(
+        run_bm25(db, bench=DEMO_BENCH, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}", limit=limit)
+    )
 
 
 def _run_dense(db: Any, limit: int | None) -> str:
-    raise _Skip("dense not wired yet")
+    from benchmarks import SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
+    from engines.local.runner import run_dense
+
+    return _local_note(
+        run_dense(db, model=DENSE_MODEL, bench=DEMO_BENCH, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}",
+                  limit=limit)
+    )
 
 
 # ------------------------------------------------------------------------ the command
