@@ -1,4 +1,25 @@
 """Scoring: resolution, gold positions, metrics, curves, bootstrap CIs (METHODOLOGY.md).
 
-Work in progress; the public API is listed here when it lands.
+One scorer for every row (remote engines and local baselines alike); it reads only the
+database. Modules:
+
+- ``scoring.resolve``: hit names → corpus rows (stored on ``hits``), gold-name lookup.
+- ``scoring.positions``: per (system, query, gold unit) the earliest rank, stored in
+  ``positions`` — the only metric input.
+- ``scoring.metrics``: pure per-query metric functions and the vectorised curve driver.
+- ``scoring.aggregate``: metric registry, macro means, caps, curves, breakdowns.
+- ``scoring.bootstrap``: seeded percentile bootstrap and paired differences.
+- ``scoring.mamut``: the ``mamut`` and ``mamut-sklearn`` profiles.
+- ``scoring.results``: ``score()`` and the ``engines.score/1`` JSON.
+- ``scoring.export``: TREC qrels and run files.
+
+Public API:
+
+- ``scoring.results.score(db, bench_name, corpus=None, subset=None, systems=None, by=None,
+  compare=None, profile="main", *, shared_with=None, snapshots=None, styles=None)
+  -> ScoreResult``
+- ``ScoreResult.to_json() -> dict`` (schema ``engines.score/1``), ``ScoreResult.system(id)``
+- ``scoring.results.write_json(result, path)``
+- ``scoring.export.export_trec(db, result, out_dir) -> list[Path]``
+- ``scoring.results.PROFILES`` = ("main", "mamut", "mamut-sklearn"), ``SLICE_BANNER``
 """
