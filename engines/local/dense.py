@@ -99,9 +99,7 @@ def _readme_licence(path: Path) -> str | None:
     if not readme.exists():
         return None
     m = re.search(r"^license:\s*(\S+)\s*$", readme.read_text(encoding="utf-8", errors="replace"), re.M)
-    if not m:
-        return None
-    return _LICENCE_IDS.get(m.group(1).lower(), m.group(1))
+    return _licence_id(m.group(1)) if m else None
 
 
 def resolve_model(model: str, revision: str | None = None, licence: str | None = None) -> ModelSpec:
@@ -145,22 +143,29 @@ def load_model(spec: ModelSpec, device: str | None = None) -> Any:
         raise InputError(f"--model {spec.name}: cannot load ({str(exc).splitlines()[0]}); "
                          "is it in the local Hugging Face cache (HF_HUB_OFFLINE) or spelled right?") from None
     if spec.source == "hub":
-        snap = _snapshot_dir(model)
+        readme = _cached_hub_file(spec.load_from, "README.md", spec.revision)
         if spec.revision is None:
+            # The hub cache keeps each download under .../snapshots/<commit>/.
+            cfg = _cached_hub_file(spec.load_from, "modules.json", None) or readme
             spec.revision = getattr(model.model_card_data, "base_model_revision", None) or (
-                snap.name if snap is not None else None)
-        if spec.licence is None and snap is not None:
-            spec.licence = _readme_licence(snap)
+                cfg.parent.name if cfg is not None and cfg.parent.parent.name == "snapshots" else None)
+        if spec.licence is None:
+            spec.licence = (_readme_licence(readme.parent) if readme is not None else None) or _licence_id(
+                getattr(model.model_card_data, "license", None))
     return model
 
 
-def _snapshot_dir(model: Any) -> Path | None:
-    # The hub cache keeps each download under .../snapshots/<commit>/.
-    try:
-        p = Path(model[0].auto_model.config._name_or_path)
-    except (AttributeError, IndexError, TypeError):
+def _cached_hub_file(repo: str, filename: str, revision: str | None) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo, filename, revision=revision)
+    return Path(found) if isinstance(found, str) else None
+
+
+def _licence_id(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
         return None
-    return p if p.parent.name == "snapshots" else None
+    return _LICENCE_IDS.get(value.lower(), value)
 
 
 def embedding_dim(model: Any) -> int:
@@ -279,8 +284,33 @@ def encode_corpus(
 # ------------------------------------------------------------------------- search
 
 
+def _select_topk(all_s: np.ndarray, all_i: np.ndarray | None, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the k best scores with their row ids; among equal scores the lower id wins.
+
+    ``all_i`` None means the ids are the column positions (the first corpus block), which
+    avoids materialising a B x C id matrix.
+    """
+    sel = np.argpartition(-all_s, k - 1, axis=1)[:, :k]
+    best_s = np.take_along_axis(all_s, sel, axis=1)
+    best_i = sel.astype(np.int64) if all_i is None else np.take_along_axis(all_i, sel, axis=1)
+    # argpartition picks arbitrarily among scores equal to the k-th: repair the (rare) rows
+    # where a tie at the boundary left out a lower id.
+    kth = best_s.min(axis=1)
+    left_out = (all_s == kth[:, None]).sum(axis=1) > (best_s == kth[:, None]).sum(axis=1)
+    for r in np.flatnonzero(left_out):
+        cand = np.flatnonzero(all_s[r] >= kth[r])
+        ids = cand if all_i is None else all_i[r, cand]
+        order = np.lexsort((ids, -all_s[r, cand]))[:k]
+        best_s[r], best_i[r] = all_s[r, cand[order]], ids[order]
+    return np.ascontiguousarray(best_s, dtype=np.float32), np.ascontiguousarray(best_i)
+
+
 def _merge_candidates(best_s, best_i, thr, S, offset, k):
-    """Fold the scores of one corpus block that beat each query's k-th best into its top k."""
+    """Fold the scores of one corpus block that beat each query's k-th best into its top k.
+
+    Blocks come in corpus order, so a later row that only ties the k-th best loses the tie:
+    a strict ``>`` is exactly the lower-id-wins rule.
+    """
     rr, cc = np.nonzero(S > thr[:, None])
     if rr.size == 0:
         return
@@ -289,15 +319,12 @@ def _merge_candidates(best_s, best_i, thr, S, offset, k):
     row = np.repeat(np.arange(u.size), counts)
     width = int(counts.max())
     cs = np.full((u.size, width), -np.inf, dtype=np.float32)
-    ci = np.full((u.size, width), -1, dtype=np.int64)
+    ci = np.full((u.size, width), np.iinfo(np.int64).max, dtype=np.int64)
     cs[row, slot] = S[rr, cc]
     ci[row, slot] = cc + offset
-    all_s = np.concatenate([best_s[u], cs], axis=1)
-    all_i = np.concatenate([best_i[u], ci], axis=1)
-    sel = np.argpartition(-all_s, k - 1, axis=1)[:, :k]
-    best_s[u] = np.take_along_axis(all_s, sel, axis=1)
-    best_i[u] = np.take_along_axis(all_i, sel, axis=1)
-    thr[u] = best_s[u].min(axis=1)
+    s_new, i_new = _select_topk(np.concatenate([best_s[u], cs], axis=1), np.concatenate([best_i[u], ci], axis=1), k)
+    best_s[u], best_i[u] = s_new, i_new
+    thr[u] = s_new.min(axis=1)
 
 
 def _search_batch_numpy(Qb: np.ndarray, X: np.ndarray, k: int, block_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -305,12 +332,7 @@ def _search_batch_numpy(Qb: np.ndarray, X: np.ndarray, k: int, block_rows: int) 
     block_rows = max(block_rows, k)
     Xb = X[:block_rows]
     S = Qb @ (Xb if Xb.dtype == np.float32 else Xb.astype(np.float32)).T
-    if S.shape[1] > k:
-        part = np.argpartition(-S, k - 1, axis=1)[:, :k]
-    else:
-        part = np.broadcast_to(np.arange(S.shape[1]), (S.shape[0], S.shape[1]))
-    best_s = np.take_along_axis(S, part, axis=1).astype(np.float32)
-    best_i = np.ascontiguousarray(part, dtype=np.int64)
+    best_s, best_i = _select_topk(S, None, k)
     thr = best_s.min(axis=1)
     for lo in range(block_rows, n, block_rows):
         Xb = X[lo:lo + block_rows]
