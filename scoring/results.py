@@ -23,6 +23,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
 
 from scoring import aggregate as agg
 from scoring.bootstrap import Bootstrap, RESAMPLES, SEED, CI
@@ -387,12 +388,17 @@ def score(
     # Resolve and store positions per system (one transaction each), then read them back.
     system_scores: list[SystemScore] = []
     for ref in refs:
-        with db.session() as s, s.begin():
-            changed = resolve_hits(s, corp.id, ref.config_id, ref.epoch, scope_shas)
-            ensure_positions(
-                s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
-                queries=[q for q, _ in in_scope], present=present, k_max=k_max, force=changed > 0,
-            )
+        try:
+            with db.session() as s, s.begin():
+                changed = resolve_hits(s, corp.id, ref.config_id, ref.epoch, scope_shas)
+                ensure_positions(
+                    s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
+                    queries=[q for q, _ in in_scope], present=present, k_max=k_max, force=changed > 0,
+                )
+        except IntegrityError:
+            # A concurrent scorer stored this system's positions first (unique key); they are
+            # derived from the same hits, so read theirs.
+            pass
         with db.session() as s:
             stored = read_positions(s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
                                     query_ids=[q.id for q in scored_queries])

@@ -285,3 +285,19 @@ def test_postgres_scoring_matches_sqlite(pg_url, cache):
         assert a["unanswered"] == b["unanswered"] and math.isfinite(a["metrics"]["MRR"]["value"])
     finally:
         pg.dispose()
+
+
+def test_epochs_are_separate_systems_and_styles_filter(cache):
+    qs = bench_queries(cache, "mathlibqr")
+    cid = make_config(cache, "drift")
+    answer_all(cache, cid, qs, lambda q: [gold_name(q)], epoch=0)
+    answer_all(cache, cid, qs, lambda q: filler(1) + [gold_name(q)], epoch=1)
+    doc = score(cache, "mathlibqr", compare=("drift@e0", "drift@e1")).to_json()
+    ids = {s["id"]: s for s in doc["systems"]}
+    assert set(ids) == {"drift@e0", "drift@e1"}
+    assert ids["drift@e0"]["epoch"] == 0 and ids["drift@e1"]["epoch"] == 1
+    assert ids["drift@e0"]["metrics"]["MRR"]["value"] == 1.0 and ids["drift@e1"]["metrics"]["MRR"]["value"] == 0.5
+    assert {c["metric"]: c["diff"] for c in doc["comparisons"]}["MRR"] == pytest.approx(0.5)
+    nick = score(cache, "mathlibqr", styles=["q3_nickname"], systems=["drift@e0"]).to_json()
+    assert nick["benchmark"]["n_queries"] == 128
+    assert {q["style"] for q in nick["queries"]} == {"q3_nickname"} and len(nick["systems"]) == 1
