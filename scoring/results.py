@@ -296,7 +296,6 @@ def score(
     shared_with: Sequence[str] | None = None,
     snapshots: dict[str, str] | None = None,
     styles: Sequence[str] | None = None,
-    k_max: int = K_MAX,
     resamples: int = RESAMPLES,
     seed: int = SEED,
 ) -> ScoreResult:
@@ -314,8 +313,12 @@ def score(
         raise InputError(f"unknown scoring profile {profile!r}; choose one of {', '.join(PROFILES)}")
     if subset and shared_with:
         raise InputError("--subset and --shared-with both define the query scope; pass one of them")
-    if not 1 <= k_max <= 10_000:
-        raise InputError(f"k_max must be between 1 and 10000, got {k_max}")
+    # k_max is pinned (curves at two k_max are not comparable, and stored positions are
+    # computed at this one), so it is not a parameter.
+    k_max = K_MAX
+    for dim in ([by] if isinstance(by, str) else list(by or [])):
+        if dim not in BREAKDOWN_DIMS:
+            raise InputError(f"unknown breakdown {dim!r}; choose one of {', '.join(BREAKDOWN_DIMS)}")
     from engines import code_version
 
     bench = find_benchmark(db, bench_name)
