@@ -127,6 +127,15 @@ def test_table_json_and_trec_roundtrip(populated, tmp_path):
         assert got["P@10"] == pytest.approx(s["curves"]["R"][9] / 10, abs=1e-9)
 
 
+def test_shared_with_name_list_adds_coverage_column(populated, tmp_path):
+    lst = tmp_path / "engine-snapshot.txt"
+    lst.write_text("Lattice\nGaloisConnection.l_iSup\n", encoding="utf-8")
+    res = invoke(populated, "--bench", "mathlibqr", "--shared-with", str(lst), "--snapshot", f"alpha={lst}")
+    assert res.exit_code == 0, res.output
+    assert "coverage" in res.stdout and "different corpus" in res.stdout
+    assert "0.010" in res.stdout  # 2 of 200 gold names in alpha's snapshot
+
+
 def test_subset_system_filter_and_profile(populated):
     res = invoke(populated, "--bench", "mathlibqr", "--subset", "shared171", "--system", "alpha")
     assert res.exit_code == 0, res.output

@@ -37,6 +37,10 @@ def _main_table(doc: dict) -> Table:
     else:
         metric_cols = list(doc["table_metrics"])
         cols = ["system", "n", "dropped", *metric_cols, f"{metric_cols[0]} 95% CI", "badges", "p95 latency"]
+    # Cross-corpus rows: show how much of the benchmark's gold each system's corpus holds.
+    show_cov = bool(doc.get("scope", {}).get("shared_with")) or any("different corpus" in s["badges"] for s in doc["systems"])
+    if show_cov:
+        cols.insert(3, "coverage")
     for c in cols:
         table.add_column(c, justify="left" if c in ("system", "badges") else "right", no_wrap=c != "badges")
     systems = sorted(
@@ -50,8 +54,9 @@ def _main_table(doc: dict) -> Table:
             badges[badges.index("incomplete")] = f"incomplete ({s['unanswered']} unanswered)"
         if s.get("licence"):
             badges.append(s["licence"])
+        cov = [_fmt(s.get("coverage"))] if show_cov else []
         table.add_row(
-            s["id"], str(s["n"]), str(s["dropped"]),
+            s["id"], str(s["n"]), str(s["dropped"]), *cov,
             *[_fmt((s["metrics"].get(m) or {}).get("value")) for m in metric_cols],
             _ci(s["metrics"].get(ci_metric)), ", ".join(badges),
             "—" if lat is None else f"{lat:,.0f} ms",
