@@ -262,6 +262,7 @@ def test_bootstrap_is_seeded_and_paired():
     assert (b1.weights.sum(axis=1) == 200).all()
 
 
+@pytest.mark.postgres
 def test_postgres_scoring_matches_sqlite(pg_url, cache):
     """The resolution UPDATE and the positions round trip work on PostgreSQL too."""
     import benchmarks
