@@ -66,6 +66,18 @@ def system_label(system: dict[str, Any]) -> str:
     return str(system.get("id") or system.get("engine") or "?")
 
 
+def short_labels(systems: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Column-header names: the id without a trailing ``(…)`` (e.g. a stand-in's URL) when
+    that stays unique, else the full id."""
+    full = [system_label(s) for s in systems]
+    short = [f.split(" (", 1)[0] if f.endswith(")") and " (" in f else f for f in full]
+    return {f: (sh if short.count(sh) == 1 else f) for f, sh in zip(full, short)}
+
+
+def _header(label: str, shorts: dict[str, str]) -> str:
+    return f'<th class="num" title="{e(label)}">{e(shorts.get(label, label))}</th>'
+
+
 def _colours(systems: Sequence[dict[str, Any]]) -> dict[str, str]:
     return {system_label(s): PALETTE[i % len(PALETTE)] for i, s in enumerate(systems)}
 
@@ -109,6 +121,7 @@ def _leaderboard(
     systems: list[dict[str, Any]], colours: dict[str, str], n_queries: int | None,
     metrics: Sequence[str] = TABLE_METRICS,
 ) -> str:
+    shorts = short_labels(systems)
     best = {}
     for name in metrics:
         vals = [v for v, _ in (_metric(s, name) for s in systems) if v is not None]
@@ -133,7 +146,9 @@ def _leaderboard(
             f'<tr class="system-row" data-system="{e(label)}">'
             f'<td class="num">{i}</td>'
             f'<td class="sys"><span class="swatch" style="background:{colours[label]}"></span>'
-            f'<b>{e(label)}</b><div class="sub" title="config {e(s.get("config_hash"))}">{e(sub)}</div>'
+            f'<b>{e(shorts[label])}</b>'
+            + (f'<div class="sub">{e(label[len(shorts[label]):].strip())}</div>' if shorts[label] != label else "")
+            + f'<div class="sub" title="config {e(s.get("config_hash"))}">{e(sub)}</div>'
             f'<div class="badges">{_badges(s)}</div></td>'
             f'<td class="num">{e(s.get("n"))}</td>'
             f'<td class="num">{e(dropped)}</td>'
@@ -246,8 +261,10 @@ def curve_svg(
 
 
 def _legend(systems: Sequence[dict[str, Any]], colours: dict[str, str]) -> str:
+    shorts = short_labels(systems)
     items = "".join(
-        f'<span class="key"><span class="swatch" style="background:{colours[system_label(s)]}"></span>{e(system_label(s))}</span>'
+        f'<span class="key" title="{e(system_label(s))}"><span class="swatch" '
+        f'style="background:{colours[system_label(s)]}"></span>{e(shorts[system_label(s)])}</span>'
         for s in systems
     )
     return f'<div class="legend">{items}</div>'
@@ -311,7 +328,8 @@ def _breakdowns(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) ->
         for q in queries:
             totals[str(q.get(dim))] = totals.get(str(q.get(dim)), 0) + 1
         values.sort(key=lambda v: (-totals.get(v, 0), v))
-        head = "".join(f'<th class="num">{e(system_label(s))}</th>' for s in systems)
+        shorts = short_labels(systems)
+        head = "".join(_header(system_label(s), shorts) for s in systems)
         rows = []
         for v in values:
             cells = []
@@ -381,7 +399,8 @@ def _rank_cell(positions: list[Any] | None, present: bool, answered: bool = True
 def _explorer(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) -> str:
     labels = [system_label(s) for s in systems]
     per_query = [s.get("per_query") or {} for s in systems]
-    head = "".join(f'<th class="num">{e(lab)}</th>' for lab in labels)
+    shorts = short_labels(systems)
+    head = "".join(_header(lab, shorts) for lab in labels)
     rows = []
     styles: list[str] = []
     for q in queries:
@@ -530,7 +549,7 @@ thead th{background:var(--head);position:sticky;top:0;font-weight:600;white-spac
 .best{font-weight:700}
 .ci{font-size:11px;color:var(--muted);font-weight:400}
 .sub{font-size:11px;color:var(--muted)}
-td.sys{min-width:190px}.badges{margin-top:2px}
+td.sys{min-width:170px;max-width:260px;overflow-wrap:anywhere}.badges{margin-top:2px}
 .board td,.board th{font-size:13px;padding:5px 4px}.board .ci{font-size:10px}
 .boardwrap{overflow-x:auto}
 .undef{color:#9aa3ad}
