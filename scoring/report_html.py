@@ -357,18 +357,23 @@ def _breakdowns(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) ->
     return '<p class="note">Each cell: nDCG@10 (bar), R@10 below. n is the number of scored queries in the group.</p>' + "".join(out)
 
 
-def _comparisons(comparisons: list[dict[str, Any]]) -> str:
+def _comparisons(comparisons: list[dict[str, Any]], shorts: dict[str, str], resamples: Any) -> str:
     if not comparisons:
         return ""
+    # A bootstrap p-value cannot go below 1 / (resamples + 1): say so instead of printing it.
+    floor = 1.0 / (int(resamples) + 1) if isinstance(resamples, int) and resamples > 0 else None
     rows = []
     for c in comparisons:
         ci = c.get("ci") or [None, None]
         p = c.get("p")
         sig = p is not None and p < 0.05
+        p_txt = f"≤ {floor:.4f}" if p is not None and floor is not None and p <= floor * (1 + 1e-9) else fmt(p, 4)
+        a, b = str(c.get("a")), str(c.get("b"))
         rows.append(
-            f'<tr><td>{e(c.get("a"))}</td><td>{e(c.get("b"))}</td><td>{e(c.get("metric"))}</td>'
+            f'<tr><td title="{e(a)}">{e(shorts.get(a, a))}</td><td title="{e(b)}">{e(shorts.get(b, b))}</td>'
+            f'<td>{e(c.get("metric"))}</td>'
             f'<td class="num">{fmt(c.get("diff"))}</td><td class="num">[{fmt(ci[0])}, {fmt(ci[1])}]</td>'
-            f'<td class="num{" best" if sig else ""}">{fmt(p, 4)}</td></tr>'
+            f'<td class="num{" best" if sig else ""}">{e(p_txt)}</td></tr>'
         )
     return (
         '<section id="comparisons"><h2>Paired comparisons</h2>'
@@ -599,7 +604,9 @@ def render_html(score: dict[str, Any], *, json_sha256: str = "") -> str:
         + f" · generated {score.get('generated_at') or ''}"
     )
     banner_html = f'<div class="banner" role="alert">⚠ {e(banner)}</div>' if banner else ""
-    comparisons = _comparisons(score.get("comparisons") or [])
+    comparisons = _comparisons(
+        score.get("comparisons") or [], short_labels(systems), (score.get("bootstrap") or {}).get("resamples")
+    )
     nav = ['<a href="#leaderboard">Leaderboard</a>', '<a href="#curves">Curves</a>', '<a href="#breakdowns">Breakdowns</a>']
     if comparisons:
         nav.append('<a href="#comparisons">Comparisons</a>')

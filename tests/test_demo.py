@@ -127,6 +127,9 @@ def test_demo_runs_end_to_end(demo_run):
         assert f'data-system="{s["id"]}"' in page
     leansearch = next(s for s in score["systems"] if s["engine"] == "leansearch")
     assert "k≤50" in leansearch["badges"]
+    # the demo asks the scorer for one paired comparison: LeanSearch's stand-in against BM25
+    assert {(c["a"], c["b"]) for c in score["comparisons"]} == {(leansearch["id"], "bm25")}
+    assert 'id="comparisons"' in page
     # the printed leaderboard carries the scorer's numbers
     for s in score["systems"]:
         v = s["metrics"]["nDCG@10"]["value"]
@@ -161,17 +164,20 @@ def test_report_command_from_demo_db_and_from_json(demo_run, tmp_path):
     tmp, proc = demo_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     db_url = f"sqlite:///{tmp / 'engines-demo' / 'cache.db'}"
+    demo_score = json.loads((tmp / "engines-demo" / "report" / "report.json").read_text("utf-8"))
+    leanfinder = next(s["id"] for s in demo_score["systems"] if s["engine"] == "leanfinder")
     runner = CliRunner()
     res = runner.invoke(app, ["--db", db_url, "report", "--bench", "mathlibqr", "--subset", f"demo-first-{TARGETS}",
-                              "--corpus", "mathlib-slice", "--out", str(tmp_path / "r1")])
+                              "--corpus", "mathlib-slice", "--out", str(tmp_path / "r1"),
+                              "--compare", "bm25", leanfinder])
     assert res.exit_code == 0, res.output
     assert res.stdout.strip() == str(tmp_path / "r1" / "index.html")
     score = json.loads((tmp_path / "r1" / "report.json").read_text("utf-8"))
-    demo_score = json.loads((tmp / "engines-demo" / "report" / "report.json").read_text("utf-8"))
     assert {s["id"] for s in score["systems"]} == {s["id"] for s in demo_score["systems"]}
     for s in score["systems"]:
         d = next(x for x in demo_score["systems"] if x["id"] == s["id"])
         assert s["metrics"]["nDCG@10"] == d["metrics"]["nDCG@10"]
+    assert {(c["a"], c["b"]) for c in score["comparisons"]} == {("bm25", leanfinder)}
     # --from-json renders a finished score file without a database
     res = runner.invoke(app, ["report", "--from-json", str(tmp_path / "r1" / "report.json"), "--out", str(tmp_path / "r2")])
     assert res.exit_code == 0, res.output

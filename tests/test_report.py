@@ -288,6 +288,21 @@ def test_methodology_from_json_constants():
     assert "f" * 64 in meth
 
 
+def test_comparisons_table():
+    score = synthetic_score()
+    score["comparisons"].append({"a": "leansearch:e0", "b": "bm25:e0", "metric": "R@1", "diff": 0.2,
+                                 "ci": [0.1, 0.3], "p": 1 / 1001})
+    page = render_html(score)
+    table = re.search(r'<table class="cmp">(.*?)</table>', page).group(1)
+    rows = re.findall(r"<tr>(.*?)</tr>", table)[1:]
+    assert len(rows) == 2
+    assert ">0.012<" in rows[0] and "[-0.010, 0.030]" in rows[0] and ">0.2100<" in rows[0]
+    assert "≤ 0.0010" in rows[1]  # the bootstrap floor, 1 / (1000 + 1)
+    assert "No comparisons" not in page and 'href="#comparisons"' in page
+    score["comparisons"] = []
+    assert 'id="comparisons"' not in render_html(score)
+
+
 def test_wrong_schema_is_refused():
     score = synthetic_score()
     score["schema"] = "something/else"

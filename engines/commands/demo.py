@@ -207,10 +207,16 @@ def run_demo(
 
             if not result.config_ids:
                 raise _Skip("no system produced answers")
-            js = build_score_json(
-                db, DEMO_BENCH, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}",
-                systems=_system_keys(db, result.config_ids), subset=subset,
-            )
+            corpus = f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}"
+            keys = _system_keys(db, result.config_ids)
+            pair = _comparison_pair(db, result.config_ids)
+            try:
+                js = build_score_json(db, DEMO_BENCH, corpus=corpus, systems=keys, subset=subset, compare=pair)
+            except UserError:
+                if pair is None:
+                    raise
+                # The predicted system ids did not match (labels shared with older rows): no comparison.
+                js = build_score_json(db, DEMO_BENCH, corpus=corpus, systems=keys, subset=subset)
             if not js.get("banner"):
                 # The scorer marks slice corpora itself; the demo never emits an unmarked page.
                 js["banner"] = BANNER
@@ -299,6 +305,21 @@ def _system_keys(db: Any, config_ids: list[int]) -> list[str]:
     with db.session() as s:
         hashes = s.execute(sa.select(EngineConfig.config_hash).where(EngineConfig.id.in_(config_ids))).scalars()
         return [h[:16] for h in hashes]
+
+
+def _comparison_pair(db: Any, config_ids: list[int]) -> tuple[str, str] | None:
+    """LeanSearch's stand-in against BM25, by label (the scorer's system id when unique)."""
+    import sqlalchemy as sa
+
+    from store.models import EngineConfig
+
+    with db.session() as s:
+        rows = s.execute(sa.select(EngineConfig.engine, EngineConfig.label).where(EngineConfig.id.in_(config_ids))).all()
+    labels = {engine: label for engine, label in rows}
+    remote = next((labels[e] for e in DEMO_ENGINES if e in labels), None)
+    if remote is None or "bm25" not in labels:
+        return None
+    return remote, labels["bm25"]
 
 
 def _slice_rows() -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import typer
 
@@ -24,12 +24,14 @@ def build_score_json(
     corpus: str | None = None,
     subset: str | None = None,
     systems: list[str] | None = None,
+    compare: tuple[str, str] | None = None,
     profile: str = "main",
 ) -> dict[str, Any]:
     """Score ``bench`` with the project's one scorer and return the engines.score/1 dict."""
     from scoring.results import score  # the scorer (issue 5)
 
-    result = score(db, bench, corpus=corpus, subset=subset, systems=systems or None, profile=profile)
+    result = score(db, bench, corpus=corpus, subset=subset, systems=systems or None, compare=compare,
+                   profile=profile)
     return result.to_json()
 
 
@@ -58,6 +60,9 @@ def report_command(
     corpus: Optional[str] = typer.Option(None, "--corpus", help="Corpus to resolve against (NAME or NAME@REVISION)."),
     subset: Optional[str] = typer.Option(None, "--subset", help="Score only this named subset, e.g. shared171."),
     system: Optional[list[str]] = typer.Option(None, "--system", help="Only these systems (repeatable)."),
+    compare: Optional[Tuple[str, str]] = typer.Option(
+        None, "--compare", help="Add a paired bootstrap comparison of two systems: --compare A B."
+    ),
     profile: str = typer.Option("main", "--profile", help="Scoring profile."),
     from_json: Optional[Path] = typer.Option(
         None, "--from-json", help="Render this score JSON (engines.score/1) instead of scoring the database."
@@ -65,14 +70,15 @@ def report_command(
 ) -> None:
     """Write a static HTML leaderboard (no server needed) with the score JSON beside it."""
     if from_json is not None:
-        if bench or corpus or subset or system:
-            raise InputError("--from-json renders a finished score file; drop --bench/--corpus/--subset/--system")
+        if bench or corpus or subset or system or (compare and compare[0]):
+            raise InputError("--from-json renders a finished score file; drop --bench/--corpus/--subset/--system/--compare")
         score_json = read_score_json(from_json)
     else:
         if not bench:
             raise InputError("which benchmark? pass --bench NAME (see `engines bench list`) or --from-json FILE")
         score_json = build_score_json(
-            get_db(ctx), bench, corpus=corpus, subset=subset, systems=system, profile=profile
+            get_db(ctx), bench, corpus=corpus, subset=subset, systems=system,
+            compare=tuple(compare) if compare and compare[0] else None, profile=profile,
         )
     page = write_report(score_json, out)
     if score_json.get("banner"):
