@@ -261,3 +261,22 @@ def test_demo_report_in_headless_chromium(demo_run, tmp_path):
     res = run_chromium(tmp_path, page.as_uri(), f"--screenshot={shot}")
     assert res.returncode == 0, res.stderr.decode(errors="replace")[-2000:]
     assert shot.stat().st_size > 20_000
+
+
+def test_dense_row_is_added_only_when_the_slice_vectors_are_cached(tmp_path, monkeypatch):
+    from benchmarks import SLICE_CORPUS
+    from engines.commands.demo import DENSE_MODEL, dense_vectors_cached
+    from engines.local.render import renderer_hash
+    from store.corpus import sha256_file
+
+    monkeypatch.setenv("ENGINES_CACHE_DIR", str(tmp_path / "cache"))
+    assert not dense_vectors_cached()
+    entry = tmp_path / "cache" / "dense" / "abc"
+    entry.mkdir(parents=True)
+    meta = {"model": DENSE_MODEL, "corpus_sha256": sha256_file(SLICE_CORPUS), "renderer_hash": renderer_hash()}
+    (entry / "meta.json").write_text(json.dumps({**meta, "renderer_hash": "0" * 64}), encoding="utf-8")
+    assert not dense_vectors_cached()  # vectors of another renderer do not count
+    (entry / "meta.json").write_text(json.dumps({**meta, "corpus_sha256": "1" * 64}), encoding="utf-8")
+    assert not dense_vectors_cached()  # nor of another corpus
+    (entry / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    assert dense_vectors_cached()
