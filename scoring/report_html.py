@@ -573,7 +573,7 @@ td.bar{background:linear-gradient(90deg,#d7e8f7 var(--w),transparent var(--w))}
 .filters{margin:6px 0;display:flex;gap:8px;align-items:center;flex-wrap:wrap}
 .filters input,.filters select{font:inherit;padding:3px 6px}
 .qwrap{max-height:760px;overflow:auto;border:1px solid var(--line)}
-.queries td{font-size:12.5px}.qtext{max-width:380px}.gold{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;max-width:220px;word-break:break-all}
+.queries td{font-size:12.5px}.qtext{max-width:380px}.gold{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;max-width:280px;overflow-wrap:anywhere}
 .qid{white-space:nowrap;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px}
 td.rank.r1{background:#b9e4c4;font-weight:700}td.rank.r10{background:#dcf1e1}td.rank.rk{background:#fdf0c6}
 td.rank.miss{background:#f6dcdc;color:#8a1c15}td.rank.na{color:#9aa3ad}td.rank.unans{background:#e9d3f0;color:#5b2a80;font-weight:700}
