@@ -26,7 +26,7 @@ import typer
 from click.core import ParameterSource
 
 from engines.base import Rate
-from engines.commands.common import info
+from engines.commands.common import info, progress_counter
 from store.errors import UserError
 
 BANNER = "development slice — not a result"
@@ -366,7 +366,11 @@ def _crawl_standins(db: Any, bench: str, result: DemoResult, say: Callable[[str]
         if not urls:
             raise _Skip("no stand-in could start")
         opts = CrawlOptions(engines=list(urls), bench=bench, rates={"*": CRAWL_RATE}, urls=urls)
-        summary = run_crawl(db, opts, Reporter(every=10.0))
+        import sys
+
+        from crawler.run import RichReporter
+
+        summary = run_crawl(db, opts, RichReporter() if sys.stderr.isatty() else Reporter(every=10.0))
     notes = []
     for r in summary.results:
         if r.counts.answered:
@@ -392,7 +396,8 @@ def _run_bm25(db: Any, bench: str, result: DemoResult) -> str:
     from benchmarks import SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
     from engines.local.runner import run_bm25
 
-    summary = run_bm25(db, bench=bench, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}")
+    summary = run_bm25(db, bench=bench, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}",
+                       progress=progress_counter)
     result.config_ids.append(summary.config_id)
     return _local_note(summary)
 
@@ -401,7 +406,8 @@ def _run_dense(db: Any, bench: str, result: DemoResult) -> str:
     from benchmarks import SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
     from engines.local.runner import run_dense
 
-    summary = run_dense(db, model=DENSE_MODEL, bench=bench, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}")
+    summary = run_dense(db, model=DENSE_MODEL, bench=bench, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}",
+                        progress=progress_counter)
     result.config_ids.append(summary.config_id)
     return _local_note(summary)
 
