@@ -126,7 +126,11 @@ def _leaderboard(
     for name in metrics:
         vals = [v for v, _ in (_metric(s, name) for s in systems) if v is not None]
         best[name] = max(vals) if vals else None
-    head = "".join(f'<th class="num" title="95% bootstrap CI below each value">{e(m)}</th>' for m in metrics)
+    # <wbr>: long metric names (covered_paper@10) may wrap in a wide table, at a joint only.
+    head = "".join(
+        f'<th class="num" title="95% bootstrap CI below each value">{e(m).replace("_", "_<wbr>").replace("@", "<wbr>@")}</th>'
+        for m in metrics
+    )
     rows = []
     for i, s in enumerate(systems, 1):
         label = system_label(s)
@@ -159,7 +163,7 @@ def _leaderboard(
         )
     total = f" of {n_queries}" if n_queries else ""
     return (
-        '<div class="boardwrap"><table class="board"><thead><tr><th class="num">#</th><th>system</th>'
+        f'<div class="boardwrap"><table class="board{" wide" if len(metrics) > 8 else ""}"><thead><tr><th class="num">#</th><th>system</th>'
         f'<th class="num" title="queries scored{e(total)}">n</th>'
         '<th class="num" title="gold not in the corpus: a coverage gap, not a zero">dropped</th>'
         '<th class="num" title="never answered (errors, parse failures): scored 0">unanswered</th>'
@@ -557,6 +561,7 @@ thead th{background:var(--head);position:sticky;top:0;font-weight:600;white-spac
 td.sys{min-width:170px;max-width:260px;overflow-wrap:anywhere}.badges{margin-top:2px}
 .board td,.board th{font-size:13px;padding:5px 4px}.board .ci{font-size:10px}
 .boardwrap{overflow-x:auto}
+.board.wide td,.board.wide th{font-size:12px;padding:4px 3px}.board.wide td.num{white-space:normal}.board.wide th{white-space:normal}.board.wide .ci{font-size:9.5px}.board.wide td.sys{min-width:140px}
 .undef{color:#9aa3ad}
 .alert{color:#b3261e;font-weight:700}
 .swatch{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:6px;vertical-align:-1px}
