@@ -462,6 +462,11 @@ def demo_command(
     typer.echo(f"*** {BANNER} ***")
     for line in _leaderboard_lines(result.score_json):
         typer.echo(line)
+    if len(result.crawled_engines) > 1:
+        typer.echo(
+            "note: the stand-ins share one lexical ranker, so their rows differ only by what each API returns "
+            "(LeanSearch: at most 50); they show the machinery, not the engines."
+        )
     skipped = [s for s in result.steps if not s.ok]
     if skipped:
         typer.echo("skipped: " + "; ".join(f"{s.name} ({s.note})" for s in skipped))
