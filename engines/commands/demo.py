@@ -2,10 +2,11 @@
 
 Loads the shipped MathlibQR and the shipped real Mathlib slice into a demo database
 of its own (``./engines-demo/cache.db`` by default, never the user's cache), starts
-loopback stand-ins for LeanSearch, LeanExplore and Lean Finder with scaled-down rate
-limits, crawls them through the real crawler (paced, archived, parsed), runs the
-local BM25 row (and a dense row when the dense extra imports), scores everything with
-the one scorer and writes the HTML report. Every output carries the development-slice
+loopback stand-ins for LeanSearch, LeanExplore and Lean Finder (rate limits scaled up
+for loopback), crawls them through the real crawler (paced, archived, parsed), runs the
+local BM25 row (and a dense row when the dense extra imports and the slice's vectors are
+cached, or with ``--dense``), scores everything with the one scorer and writes the HTML
+report. Every output carries the development-slice
 banner: the slice is 11,651 declarations, not a benchmark corpus.
 
 A step whose part is missing or fails is skipped with a printed note; the demo fails
@@ -189,11 +190,11 @@ def run_demo(
         why = ""
         if dense is False:
             why = "--no-dense"
-        elif not dense_available():
-            why = "the dense extra (torch + sentence-transformers) does not import; install engines[dense]"
-        elif dense is None and not dense_vectors_cached():
+        elif dense is None and not dense_vectors_cached():  # checked first: importing torch takes seconds
             why = (f"the slice is not yet encoded with {DENSE_MODEL} (minutes on CPU, then cached); "
                    "run `engines demo --dense` once to add the dense row")
+        elif not dense_available():
+            why = "the dense extra (torch + sentence-transformers) does not import; install engines[dense]"
         if why:
             result.steps.append(StepResult("run dense", False, why))
             say(f"  SKIP run dense: {why}")
