@@ -74,8 +74,9 @@ def short_labels(systems: Sequence[dict[str, Any]]) -> dict[str, str]:
     return {f: (sh if short.count(sh) == 1 else f) for f, sh in zip(full, short)}
 
 
-def _header(label: str, shorts: dict[str, str]) -> str:
-    return f'<th class="num" title="{e(label)}">{e(shorts.get(label, label))}</th>'
+def _header(label: str, shorts: dict[str, str], sort: str = "") -> str:
+    attr = f' data-sort="{sort}"' if sort else ""
+    return f'<th class="num"{attr} title="{e(label)}">{e(shorts.get(label, label))}</th>'
 
 
 def _colours(systems: Sequence[dict[str, Any]]) -> dict[str, str]:
@@ -108,13 +109,13 @@ def _value_cell(system: dict[str, Any], name: str, best: float | None) -> str:
     if v is None:
         cap = system.get("result_cap")
         why = f"undefined above k={cap} (the service returns at most {cap} results)" if cap else "undefined"
-        return f'<td class="num undef" title="{e(why)}">—</td>'
+        return f'<td class="num undef" data-v="" title="{e(why)}">—</td>'
     strong = best is not None and abs(v - best) < 1e-12
     ci_html = ""
     if ci and len(ci) == 2 and ci[0] is not None and ci[1] is not None:
         ci_html = f'<div class="ci">[{fmt(ci[0])}, {fmt(ci[1])}]</div>'
     cls = "num best" if strong else "num"
-    return f'<td class="{cls}">{fmt(v)}{ci_html}</td>'
+    return f'<td class="{cls}" data-v="{v!r}">{fmt(v)}{ci_html}</td>'
 
 
 def _leaderboard(
@@ -128,7 +129,8 @@ def _leaderboard(
         best[name] = max(vals) if vals else None
     # <wbr>: long metric names (covered_paper@10) may wrap in a wide table, at a joint only.
     head = "".join(
-        f'<th class="num" title="95% bootstrap CI below each value">{e(m).replace("_", "_<wbr>").replace("@", "<wbr>@")}</th>'
+        f'<th class="num" data-sort="desc" title="95% bootstrap CI below each value">'
+        f'{e(m).replace("_", "_<wbr>").replace("@", "<wbr>@")}</th>'
         for m in metrics
     )
     rows = []
@@ -148,7 +150,7 @@ def _leaderboard(
         lat = s.get("latency_p95_ms")
         rows.append(
             f'<tr class="system-row" data-system="{e(label)}">'
-            f'<td class="num">{i}</td>'
+            f'<td class="num" data-v="{i}">{i}</td>'
             f'<td class="sys"><span class="swatch" style="background:{colours[label]}"></span>'
             f'<b>{e(shorts[label])}</b>'
             + (f'<div class="sub">{e(label[len(shorts[label]):].strip())}</div>' if shorts[label] != label else "")
@@ -158,18 +160,21 @@ def _leaderboard(
             f'<td class="num">{e(dropped)}</td>'
             f'<td class="num{" alert" if unanswered else ""}">{e(unanswered)}</td>'
             f"{cells}"
-            f'<td class="num">{fmt(cov) if isinstance(cov, (int, float)) else e(cov) if cov is not None else "—"}</td>'
-            f'<td class="num">{fmt(lat, 0 if lat >= 10 else 1) if isinstance(lat, (int, float)) else "—"}</td></tr>'
+            f'<td class="num" data-v="{cov if isinstance(cov, (int, float)) else ""}">'
+            f'{fmt(cov) if isinstance(cov, (int, float)) else e(cov) if cov is not None else "—"}</td>'
+            f'<td class="num" data-v="{lat if isinstance(lat, (int, float)) else ""}">'
+            f'{fmt(lat, 0 if lat >= 10 else 1) if isinstance(lat, (int, float)) else "—"}</td></tr>'
         )
     total = f" of {n_queries}" if n_queries else ""
     return (
-        f'<div class="boardwrap"><table class="board{" wide" if len(metrics) > 8 else ""}"><thead><tr><th class="num">#</th><th>system</th>'
-        f'<th class="num" title="queries scored{e(total)}">n</th>'
-        '<th class="num" title="gold not in the corpus: a coverage gap, not a zero">dropped</th>'
-        '<th class="num" title="never answered (errors, parse failures): scored 0">unanswered</th>'
+        f'<div class="boardwrap"><table class="board sortable{" wide" if len(metrics) > 8 else ""}"><thead><tr>'
+        '<th class="num" data-sort="asc">#</th><th data-sort="asc">system</th>'
+        f'<th class="num" data-sort="desc" title="queries scored{e(total)}">n</th>'
+        '<th class="num" data-sort="asc" title="gold not in the corpus: a coverage gap, not a zero">dropped</th>'
+        '<th class="num" data-sort="asc" title="never answered (errors, parse failures): scored 0">unanswered</th>'
         f"{head}"
-        '<th class="num" title="share of the benchmark\'s gold present in this system\'s corpus">coverage</th>'
-        '<th class="num" title="95th percentile of the answer latency">p95 ms</th></tr></thead><tbody>'
+        '<th class="num" data-sort="desc" title="share of the benchmark\'s gold present in this system\'s corpus">coverage</th>'
+        '<th class="num" data-sort="asc" title="95th percentile of the answer latency">p95 ms</th></tr></thead><tbody>'
         + "".join(rows)
         + "</tbody></table></div>"
     )
@@ -388,28 +393,26 @@ def _comparisons(comparisons: list[dict[str, Any]], shorts: dict[str, str], resa
     )
 
 
-def _rank_cell(positions: list[Any] | None, present: bool, answered: bool = True) -> tuple[str, str]:
-    """(css class, text) for one system's ranks of a query's gold units."""
+def _rank_cell(positions: list[Any] | None, present: bool, answered: bool = True) -> tuple[str, str, str]:
+    """(css class, text, sort key) for one system's ranks of a query's gold units."""
     if not present:
-        return "na", "n/a"
+        return "na", "n/a", ""
     if not answered:
-        return "unans", "✗"
-    if not positions:
-        return "miss", "—"
-    found = [p for p in positions if p is not None]
+        return "unans", "✗", ""
+    found = [p for p in positions or [] if p is not None]
     if not found:
-        return "miss", "—"
+        return "miss", "—", ""
     best = min(found)
     cls = "r1" if best == 1 else "r10" if best <= 10 else "rk"
     text = ", ".join("—" if p is None else str(p) for p in positions) if len(positions) > 1 else str(best)
-    return cls, text
+    return cls, text, str(best)
 
 
 def _explorer(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) -> str:
     labels = [system_label(s) for s in systems]
     per_query = [s.get("per_query") or {} for s in systems]
     shorts = short_labels(systems)
-    head = "".join(_header(lab, shorts) for lab in labels)
+    head = "".join(_header(lab, shorts, "asc") for lab in labels)
     rows = []
     styles: list[str] = []
     for q in queries:
@@ -424,17 +427,17 @@ def _explorer(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) -> s
         scored = 0
         for pq in per_query:
             entry = pq.get(qid)
-            cls, text = _rank_cell(
+            cls, text, key = _rank_cell(
                 entry.get("positions") if entry else None, entry is not None,
                 bool(entry.get("answered", True)) if entry else True,
             )
             if entry is not None:
                 scored += 1
                 found += cls in ("r1", "r10", "rk")
-            cells.append(f'<td class="num rank {cls}">{e(text)}</td>')
+            cells.append(f'<td class="num rank {cls}" data-v="{key}">{e(text)}</td>')
         state = "dropped" if scored == 0 else "none" if found == 0 else "all" if found == scored else "some"
         rows.append(
-            f'<tr class="q" data-style="{e(style)}" data-state="{state}">'
+            f'<tr class="q" id="q-{e(qid)}" data-style="{e(style)}" data-state="{state}">'
             f'<td class="qid">{e(qid)}</td><td>{e(style)}</td><td>{e(q.get("kind") or "")}</td>'
             f'<td>{e(q.get("difficulty") or "")}</td><td class="qtext">{e(q.get("text"))}</td>'
             f'<td class="gold">{gold_html}</td>{"".join(cells)}</tr>'
@@ -449,8 +452,9 @@ def _explorer(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) -> s
         f' <span id="qcount">{len(rows)} queries</span></div>'
         '<p class="note">Cells: the rank at which the system returned the gold (several gold units: one rank each); '
         '— not found within k_max; ✗ never answered (scored 0); n/a not scored for this system.</p>'
-        '<div class="qwrap"><table id="queries-table" class="queries"><thead><tr><th>id</th><th>style</th><th>kind</th>'
-        f'<th>difficulty</th><th>query</th><th>gold</th>{head}</tr></thead><tbody>'
+        '<div class="qwrap"><table id="queries-table" class="queries sortable"><thead><tr><th data-sort="asc">id</th>'
+        '<th data-sort="asc">style</th><th data-sort="asc">kind</th><th data-sort="asc">difficulty</th>'
+        f'<th data-sort="asc">query</th><th data-sort="asc">gold</th>{head}</tr></thead><tbody>'
         + "".join(rows) + "</tbody></table></div>"
     )
 
@@ -470,6 +474,26 @@ _SCRIPT = """
     c.textContent=n+' of '+rows.length+' queries';
   }
   f.addEventListener('input',apply); st.addEventListener('change',apply); ss.addEventListener('change',apply);
+})();
+(function(){
+  /* Click a column header to sort; again to reverse. Cells sort by data-v (numbers; empty = last) or text. */
+  Array.prototype.forEach.call(document.querySelectorAll('table.sortable'), function(t){
+    Array.prototype.forEach.call(t.tHead.rows[0].cells, function(th, i){
+      th.classList.add('sorter');
+      th.addEventListener('click', function(){
+        var dir = (t.dataset.sortcol === String(i)) ? (t.dataset.sortdir === 'asc' ? 'desc' : 'asc') : (th.dataset.sort || 'asc');
+        t.dataset.sortcol = i; t.dataset.sortdir = dir;
+        var body = t.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+        function key(r){ var c = r.cells[i]; if(!c) return null;
+          if(c.dataset.v !== undefined) return c.dataset.v === '' ? null : parseFloat(c.dataset.v);
+          return c.textContent.toLowerCase(); }
+        rows.sort(function(a, b){ var x = key(a), y = key(b);
+          if(x === null || y === null) return (x === null) - (y === null);
+          var r = x < y ? -1 : x > y ? 1 : 0; return dir === 'asc' ? r : -r; });
+        rows.forEach(function(r){ body.appendChild(r); });
+      });
+    });
+  });
 })();
 """
 
@@ -584,6 +608,7 @@ td.rank.r1{background:#b9e4c4;font-weight:700}td.rank.r10{background:#dcf1e1}td.
 td.rank.miss{background:#f6dcdc;color:#8a1c15}td.rank.na{color:#9aa3ad}td.rank.unans{background:#e9d3f0;color:#5b2a80;font-weight:700}
 dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px}dl.meta dt{font-weight:600}dl.meta dd{margin:0;word-break:break-all}
 .mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;word-break:break-all}.small{font-size:11px}
+th.sorter{cursor:pointer}th.sorter:hover{text-decoration:underline}
 footer{margin-top:30px;color:var(--muted);font-size:12px}
 """
 

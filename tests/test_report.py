@@ -179,7 +179,7 @@ def test_leaderboard_rows_sorted_with_values_and_cis():
 def test_capped_metrics_render_as_undefined_not_zero():
     page = render_html(synthetic_score())
     row = re.search(r'data-system="leansearch:e0">(.*?)</tr>', page).group(1)
-    undef = re.findall(r'<td class="num undef" title="([^"]+)">—</td>', row)
+    undef = re.findall(r'<td class="num undef" data-v="" title="([^"]+)">—</td>', row)
     # of the table's metrics only R@100 lies above the cap of 50
     assert len(undef) == 1 and "above k=50" in undef[0]
     assert "k≤50" in row
@@ -258,20 +258,21 @@ def test_query_explorer_ranks_and_states():
     score = synthetic_score()
     page = render_html(score)
     body = re.search(r'<table id="queries-table".*?<tbody>(.*?)</tbody>', page).group(1)
-    rows = re.findall(r"<tr class=\"q\" data-style=\"[^\"]*\" data-state=\"(\w+)\">(.*?)</tr>", body)
+    rows = re.findall(r"<tr class=\"q\" id=\"q-[^\"]+\" data-style=\"[^\"]*\" data-state=\"(\w+)\">(.*?)</tr>", body)
     assert len(rows) == len(score["queries"])
     order = sorted(score["systems"], key=lambda s: -s["metrics"]["nDCG@10"]["value"])
     for (state, row), q in zip(rows, score["queries"]):
         assert f'<td class="qid">{q["qid"]}</td>' in row
-        ranks = re.findall(r'<td class="num rank (\w+)">([^<]*)</td>', row)
+        ranks = re.findall(r'<td class="num rank (\w+)" data-v="(\d*)">([^<]*)</td>', row)
         assert len(ranks) == len(order)
         if q["qid"] == "Q3_q1a_lean":
-            assert state == "dropped" and all(c == "na" for c, _ in ranks)
+            assert state == "dropped" and all(c == "na" and v == "" for c, v, _ in ranks)
             continue
         found = 0
-        for (cls, text), s in zip(ranks, order):
+        for (cls, v, text), s in zip(ranks, order):
             p = s["per_query"][q["qid"]]["positions"][0]
             assert text == (str(p) if p else "—")
+            assert v == (str(p) if p else "")  # the sort key: missing sorts last
             found += p is not None
         assert state == ("none" if found == 0 else "all" if found == len(order) else "some")
 

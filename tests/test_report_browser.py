@@ -46,6 +46,17 @@ PROBE = """
   var st = document.getElementById('qstate'); st.value = 'none'; st.dispatchEvent(new Event('change'));
   out.visible_missed = Array.prototype.filter.call(qrows, function(r){ return r.style.display !== 'none'; }).length;
   st.value = ''; st.dispatchEvent(new Event('change'));
+  var board = document.querySelector('table.board');
+  var heads = Array.prototype.map.call(board.tHead.rows[0].cells, function(th){ return th.textContent; });
+  var col = heads.indexOf('R@1');
+  board.tHead.rows[0].cells[col].click();
+  out.sorted_by_r1 = Array.prototype.map.call(board.tBodies[0].rows, function(r){ return r.dataset.system; });
+  board.tHead.rows[0].cells[col].click();
+  out.sorted_by_r1_reversed = Array.prototype.map.call(board.tBodies[0].rows, function(r){ return r.dataset.system; });
+  var qt = document.getElementById('queries-table');
+  var qheads = qt.tHead.rows[0].cells, last = qheads.length - 1;
+  qheads[last].click();
+  out.rank_order = Array.prototype.map.call(qt.tBodies[0].rows, function(r){ return r.cells[last].textContent; });
   var banner = document.querySelector('.banner');
   out.banner = banner ? banner.textContent : null;
   out.banner_height = banner ? banner.getBoundingClientRect().height : 0;
@@ -106,6 +117,15 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert probe["visible_missed"] == expected_missed
     assert "development slice — not a result" in probe["banner"]
     assert probe["banner_height"] > 20
+    # clicking a header sorts: R@1 best first, again worst first
+    by_r1 = [s["id"] for s in sorted(score["systems"], key=lambda s: -s["metrics"]["R@1"]["value"])]
+    assert probe["sorted_by_r1"] == by_r1
+    assert probe["sorted_by_r1_reversed"] == by_r1[::-1]
+    # the explorer's last system column, ranks ascending, misses (—) and n/a last
+    ranks = probe["rank_order"]
+    found = [int(r) for r in ranks if r.isdigit()]
+    assert found == sorted(found) and len(found) > 5
+    assert all(not r.isdigit() for r in ranks[len(found):])
 
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "report-synthetic.png"
