@@ -20,6 +20,7 @@ Classification:
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import hashlib
 import random
@@ -202,7 +203,8 @@ class Fetcher:
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             elapsed = (time.perf_counter() - t0) * 1000
             err = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-            self._archive(request, body_out, texts, attempt, sent_wall, elapsed, transport_error=err)
+            await asyncio.to_thread(self._archive, request, body_out, texts, attempt, sent_wall, elapsed,
+                                    transport_error=err)
             self._failure(err)
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {err}")
             raise Retryable(err) from None
@@ -210,8 +212,10 @@ class Fetcher:
         status = response.status_code
         headers = dict(response.headers)
         body = response.content
-        ex_id = self._archive(request, body_out, texts, attempt, sent_wall, elapsed,
-                              status=status, response_headers=headers, response_body=body)
+        # Database work runs in a thread: the event loop stays free to wake the other
+        # engines' pacers on time (a blocked loop makes every send late).
+        ex_id = await asyncio.to_thread(self._archive, request, body_out, texts, attempt, sent_wall, elapsed,
+                                        status=status, response_headers=headers, response_body=body)
 
         if status in (408, 429) or 500 <= status < 600:
             now = time.time()
@@ -240,18 +244,18 @@ class Fetcher:
             if len(parsed) != len(texts):
                 raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
         except EngineHTTPError as exc:
-            self._record_parse(ex_id, ok=False, error=str(exc))
+            await asyncio.to_thread(self._record_parse, ex_id, ok=False, error=str(exc))
             self.consecutive_failures = 0
             outcome.failed = str(exc)
             self.on_event(f"{self.adapter.engine}: {exc} (not retried)")
             return
         except EngineParseError as exc:
-            self._record_parse(ex_id, ok=False, error=str(exc))
+            await asyncio.to_thread(self._record_parse, ex_id, ok=False, error=str(exc))
             self._failure(str(exc))
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {exc}")
             raise Retryable(str(exc)) from None
         self.consecutive_failures = 0
-        outcome.answered = self._write_answers(ex_id, items, parsed, elapsed)
+        outcome.answered = await asyncio.to_thread(self._write_answers, ex_id, items, parsed, elapsed)
 
     # ------------------------------------------------------------------ writes
 

@@ -6,9 +6,11 @@ sends to that host (DESIGN.md, Pacing). ``aiolimiter.AsyncLimiter(n, T)`` alone 
 recipe of §6.3 itself:
 
 - a send at time t is allowed only when t >= (n-th most recent send) + T + margin
-  (the window bound, by construction) and t >= (last send) + (T + margin) / n
-  (no bursts, even after an idle period), and t >= the host's ``paused_until``
-  (a 429 / Retry-After pauses every request to the host);
+  (the window bound, by construction, on actual send times) and t >= (last send) + T/n
+  (minimum spacing: no bursts, even after an idle period; counted from the slot the
+  last send was scheduled for, so timer lateness does not pile up send after send),
+  and t >= the host's ``paused_until`` (a 429 / Retry-After pauses the whole host);
+  the sustained rate is n per T + margin;
 - the time is taken when the send slot is granted, just before the HTTP call;
 - the send times live in a *ledger*. :class:`MemoryLedger` keeps them in memory
   (unit tests); :class:`DbLedger` keeps them in the ``send_log`` / ``host_state``
@@ -27,7 +29,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import sqlalchemy as sa
 
@@ -40,13 +42,15 @@ parse_rate = _parse_rate  # "3/30s" -> Rate(3, 30.0); one parser for adapters an
 
 
 def default_margin(rate: Rate) -> float:
-    """Safety margin added to the window: 5 ms + 1 % of T, at most 1 s.
+    """Safety margin added to the window: 1.5 % of T + 5 ms, at least 30 ms, at most 1 s.
 
     It absorbs timer jitter, the gap between granting a slot and the bytes leaving,
-    and network jitter compressing gaps on the server's side (PERFORMANCE-NOTES §6.1,
-    asyncio timers can fire early). 3/30s → 0.305 s; 20/2s → 25 ms.
+    and network jitter compressing gaps on the server's side (PERFORMANCE-NOTES §6.1
+    and §6.3: asyncio timers can fire early; e.g. 30 s + 0.5 s). The floor covers
+    scheduling jitter on a busy machine, whatever T. 3/30s → 0.455 s; 20/2s → 35 ms.
+    The sustained rate is n per (T + margin): about 98.3 % of the limit for T ≥ 2 s.
     """
-    return min(1.0, 0.005 + 0.01 * rate.period)
+    return min(1.0, max(0.03, 0.005 + 0.015 * rate.period))
 
 
 # ------------------------------------------------------------------------- clocks
@@ -71,22 +75,41 @@ class SystemClock:
 # ------------------------------------------------------------------------ ledgers
 
 
-def earliest_send(history: list[float], paused_until: float | None, rate: Rate, margin: float) -> float:
-    """The earliest time a new send is allowed, given the host's send history (any order)."""
+def earliest_send(
+    history: list[float], paused_until: float | None, rate: Rate, margin: float,
+    credit: tuple[float, float] | None = None,
+) -> float:
+    """The earliest time a new send is allowed, given the host's send history (any order).
+
+    ``credit`` = (time of this pacer's last send, how late it left after its planned
+    slot): when that send is still the newest, the spacing counts from its planned slot,
+    so timer lateness does not accumulate send after send. The window bound always uses
+    the actual send times.
+    """
     t = paused_until or 0.0
     if history:
         recent = sorted(history)[-rate.n:]
-        t = max(t, recent[-1] + (rate.period + margin) / rate.n)
+        base = recent[-1]
+        if credit is not None and credit[0] == base:
+            base -= credit[1]
+        t = max(t, base + rate.period / rate.n)
         if len(recent) >= rate.n:
             t = max(t, recent[0] + rate.period + margin)
     return t
 
 
 class Ledger(Protocol):
-    """Where send times and pauses are kept. ``reserve`` records a send at ``now`` if allowed."""
+    """Where send times and pauses are kept. ``reserve`` records a send now, if allowed."""
 
-    def reserve(self, host: str, now: float, rate: Rate, margin: float, worker: str) -> float | None:
-        """Record a send at ``now`` and return None, or return the earliest allowed time."""
+    def reserve(
+        self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
+        credit: tuple[float, float] | None = None,
+    ) -> tuple[bool, float]:
+        """(True, send time recorded) or (False, earliest allowed time).
+
+        ``now`` is read as late as possible (after any lock is held), so the recorded
+        time is as close as it can be to the moment the request leaves.
+        """
 
     def pause(self, host: str, until: float) -> None: ...
 
@@ -100,13 +123,17 @@ class MemoryLedger:
         self.sends: dict[str, list[float]] = {h: sorted(v) for h, v in (history or {}).items()}
         self.pauses: dict[str, float] = {}
 
-    def reserve(self, host: str, now: float, rate: Rate, margin: float, worker: str) -> float | None:
+    def reserve(
+        self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
+        credit: tuple[float, float] | None = None,
+    ) -> tuple[bool, float]:
         log = self.sends.setdefault(host, [])
-        t = earliest_send(log[-rate.n:], self.pauses.get(host), rate, margin)
-        if t > now:
-            return t
-        log.append(now)
-        return None
+        t = earliest_send(log[-rate.n:], self.pauses.get(host), rate, margin, credit)
+        current = now()
+        if t > current:
+            return False, t
+        log.append(current)
+        return True, current
 
     def pause(self, host: str, until: float) -> None:
         self.pauses[host] = max(self.pauses.get(host, 0.0), until)
@@ -148,7 +175,10 @@ class DbLedger:
             )
         self._known.add(host)
 
-    def reserve(self, host: str, now: float, rate: Rate, margin: float, worker: str) -> float | None:
+    def reserve(
+        self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
+        credit: tuple[float, float] | None = None,
+    ) -> tuple[bool, float]:
         with self.db.engine.connect() as conn:
             self._ensure_host(conn, host)
             conn.commit()
@@ -164,11 +194,12 @@ class DbLedger:
                         .limit(rate.n)
                     ).scalars()
                 )
-                t = earliest_send(recent, paused, rate, margin)
-                if t > now:
-                    return t
-                conn.execute(sa.insert(self._sl).values(host=host, sent_at=now, worker=worker))
-        return None
+                t = earliest_send(recent, paused, rate, margin, credit)
+                current = now()
+                if t > current:
+                    return False, t
+                conn.execute(sa.insert(self._sl).values(host=host, sent_at=current, worker=worker))
+        return True, current
 
     def pause(self, host: str, until: float) -> None:
         from store.types import utcnow
@@ -243,6 +274,7 @@ class Pacer:
         self.deadline = deadline
         self.stats = PacerStats()
         self._lock = asyncio.Lock()
+        self._credit: tuple[float, float] | None = None  # (last send, its lateness)
 
     @property
     def interval(self) -> float:
@@ -252,14 +284,19 @@ class Pacer:
     async def acquire(self) -> float:
         """Wait for a send slot; return the send time recorded in the ledger."""
         async with self._lock:
+            planned: float | None = None
             while True:
-                now = self.clock.now()
-                t = self.ledger.reserve(self.host, now, self.rate, self.margin, self.worker)
-                if t is None:
+                ok, t = self.ledger.reserve(self.host, self.clock.now, self.rate, self.margin, self.worker,
+                                            self._credit)
+                if ok:
                     self.stats.sends += 1
-                    return now
+                    late = 0.0 if planned is None else min(max(0.0, t - planned), self.interval / 2)
+                    self._credit = (t, late)
+                    return t
+                now = self.clock.now()
                 if self.deadline is not None and t > self.deadline:
                     raise DeadlineReached(f"next send to {self.host} allowed at {t:.1f}, after the deadline")
+                planned = t
                 wait = t - now
                 self.stats.waited += wait
                 await self.clock.sleep(wait)

@@ -326,6 +326,7 @@ async def _crawl_engine(
     res = eng.result
     batch = max(1, int(getattr(eng.adapter, "batch_size", 1)))
     interval = fetcher.pacer.interval
+    counted_at = time.monotonic()
     try:
         while True:
             if opts.limit is not None and res.sent_texts >= opts.limit:
@@ -335,28 +336,35 @@ async def _crawl_engine(
                 res.stopped = "deadline"
                 break
             k = batch if opts.limit is None else min(batch, opts.limit - res.sent_texts)
-            items = eng.queue.claim(k)
+            items = await asyncio.to_thread(eng.queue.claim, k)
             if not items:
-                if eng.queue.others_holding():
+                if await asyncio.to_thread(eng.queue.others_holding):
                     # Other workers hold the rest: wait for them, and take over any lease
                     # that expires (a dead worker) instead of exiting with work remaining.
                     await asyncio.sleep(min(5.0, max(0.2, interval)))
                     continue
                 break
-            eng.queue.renew([sha for sha, _ in items])
+            await asyncio.to_thread(eng.queue.renew, [sha for sha, _ in items])
             res.sent_texts += len(items)
             outcome = await fetcher.fetch(items)
             if outcome.answered:
                 eng.queue.done(outcome.answered)
                 res.answered_now += len(outcome.answered)
             if outcome.failed:
-                eng.queue.fail([sha for sha, _ in items], outcome.failed)
+                await asyncio.to_thread(eng.queue.fail, [sha for sha, _ in items], outcome.failed)
                 res.failed_now += len(items)
             if outcome.exhausted:
                 res.exhausted += len(items)
                 reporter.log(f"{eng.name}: gave up on {len(items)} text(s) for this run after "
                              f"{outcome.attempts} attempts ({outcome.exhausted}); they stay due")
-            res.counts = eng.queue.counts()
+            # Counts from the database every few seconds only: counting is O(texts) and
+            # would block the event loop (and so delay the other engines' send slots).
+            if time.monotonic() - counted_at > 5.0:
+                res.counts, counted_at = await asyncio.to_thread(eng.queue.counts), time.monotonic()
+            else:
+                c = res.counts
+                n_failed = len(items) if outcome.failed else 0
+                res.counts = Counts(c.total, c.answered + len(outcome.answered), c.failed + n_failed)
             reporter.update(eng.name, res.counts, interval, batch)
     except EngineBroken as exc:
         res.stopped = f"broken: {exc}"

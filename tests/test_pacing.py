@@ -53,11 +53,12 @@ async def test_strict_spacing_and_window_bound_exact() -> None:
     rate = Rate(3, 30.0)
     pacer = Pacer("h", rate, clock=clock, margin=0.5)
     times = [await pacer.acquire() for _ in range(10)]
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    # Minimum spacing (T + margin) / n, exactly: no burst, even at the start.
-    assert gaps == pytest.approx([30.5 / 3] * 9)
+    rel = [t - times[0] for t in times]
+    # Minimum spacing T/n (no burst, even at the start); every n-th send waits for the
+    # window T + margin: 0, 10, 20, 30.5, 40.5, 50.5, 61, ...
+    assert rel == pytest.approx([0, 10, 20, 30.5, 40.5, 50.5, 61, 71, 81, 91.5])
     assert max_in_window(times, 30.0) == 3
-    # Any n + 1 consecutive sends span more than T + margin.
+    # Any n + 1 consecutive sends span at least T + margin.
     assert all(times[i + 3] - times[i] >= 30.5 - 1e-9 for i in range(len(times) - 3))
 
 
@@ -70,7 +71,7 @@ async def test_window_bound_after_idle_period_is_not_a_burst() -> None:
     t0 = clock.now()
     times += [await pacer.acquire() for _ in range(5)]
     assert times[5] == t0  # the first after the idle period goes at once ...
-    assert times[6] - times[5] == pytest.approx(10.1 / 5)  # ... the rest are spaced
+    assert times[6] - times[5] == pytest.approx(10.0 / 5)  # ... the rest are spaced
     assert windows_ok(times, rate)
 
 
@@ -79,7 +80,10 @@ def test_earliest_send_window_dominates_spacing() -> None:
     # Three sends close together (e.g. written by another process with another rate).
     hist = [100.0, 100.5, 101.0]
     assert earliest_send(hist, None, rate, 0.5) == pytest.approx(130.5)
-    assert earliest_send(hist[-1:], None, rate, 0.5) == pytest.approx(101.0 + 30.5 / 3)
+    assert earliest_send(hist[-1:], None, rate, 0.5) == pytest.approx(101.0 + 10.0)
+    # A late last send (credit: it left 2 s after its slot) does not push the schedule back.
+    assert earliest_send(hist[-1:], None, rate, 0.5, credit=(101.0, 2.0)) == pytest.approx(109.0)
+    assert earliest_send(hist[-1:], None, rate, 0.5, credit=(99.0, 2.0)) == pytest.approx(111.0)
     assert earliest_send([], 500.0, rate, 0.5) == 500.0
     assert earliest_send(hist, 1000.0, rate, 0.5) == 1000.0
 
@@ -208,7 +212,7 @@ def test_parse_rate_and_margin() -> None:
         parse_rate("fast")
     with pytest.raises(InputError):
         parse_rate("0/30s")
-    assert default_margin(Rate(3, 30.0)) == pytest.approx(0.305)
+    assert default_margin(Rate(3, 30.0)) == pytest.approx(0.455)
     assert default_margin(Rate(1, 3600.0)) == 1.0
 
 

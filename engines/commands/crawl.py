@@ -65,6 +65,8 @@ def crawl_cmd(
     breaker: int = typer.Option(10, "--breaker", min=1, help="Stop an engine after this many consecutive failed attempts."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.1, help="Seconds per request (default: the engine's)."),
     lease_ttl: float = typer.Option(900.0, "--lease-ttl", min=1.0, help="Seconds a worker's claim on a query lasts (PostgreSQL workers)."),
+    margin: Optional[float] = typer.Option(
+        None, "--margin", min=0.0, help="Pacing safety margin in seconds added to the window (default 1.5% of T + 5 ms, 30 ms..1 s)."),
 ) -> None:
     """Crawl remote engines, paced and resumable; safe to kill and to run again (cron-friendly exit codes)."""
     from crawler.fetch import RetryPolicy
@@ -90,7 +92,7 @@ def crawl_cmd(
     opts = CrawlOptions(
         engines=names, bench=bench, rates=rates, urls=urls, num_results=num_results, limit=limit,
         deadline=parse_duration(deadline) if deadline else None, refresh=refresh, all_styles=all_styles,
-        retry_failed=retry_failed, lease_ttl=lease_ttl, timeout=timeout,
+        retry_failed=retry_failed, lease_ttl=lease_ttl, timeout=timeout, margin=margin,
         policy=RetryPolicy(max_attempts=max_attempts, backoff_initial=backoff, breaker_threshold=breaker),
     )
     db = get_db(ctx)
