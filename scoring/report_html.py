@@ -129,7 +129,7 @@ def _leaderboard(
         best[name] = max(vals) if vals else None
     # <wbr>: long metric names (covered_paper@10) may wrap in a wide table, at a joint only.
     head = "".join(
-        f'<th class="num" data-sort="desc" title="95% bootstrap CI below each value">'
+        f'<th class="num" data-sort="desc" title="bootstrap interval below each value">'
         f'{e(m).replace("_", "_<wbr>").replace("@", "<wbr>@")}</th>'
         for m in metrics
     )
@@ -388,7 +388,7 @@ def _comparisons(comparisons: list[dict[str, Any]], shorts: dict[str, str], resa
         '<section id="comparisons"><h2>Paired comparisons</h2>'
         '<p class="note">Difference a − b over the same bootstrap resamples of the query set; '
         'two-sided p-value.</p><table class="cmp"><thead><tr><th>a</th><th>b</th><th>metric</th>'
-        '<th class="num">diff</th><th class="num">95% CI</th><th class="num">p</th></tr></thead><tbody>'
+        '<th class="num">diff</th><th class="num">CI</th><th class="num">p</th></tr></thead><tbody>'
         + "".join(rows) + "</tbody></table></section>"
     )
 
@@ -626,6 +626,8 @@ def render_html(score: dict[str, Any], *, json_sha256: str = "") -> str:
     corpus = score.get("corpus") or {}
     banner = score.get("banner")
     kmax = int(score.get("k_max") or 200)
+    ci = (score.get("bootstrap") or {}).get("ci")
+    ci_label = f"{ci * 100:g}%" if isinstance(ci, (int, float)) and 0 < ci <= 1 else "95%"
     title = f"{bench.get('name', '?')} — search engine leaderboard"
     subtitle = (
         f"{bench.get('task') or ''} · corpus {corpus.get('name')}@{corpus.get('revision')} · "
@@ -648,10 +650,11 @@ def render_html(score: dict[str, Any], *, json_sha256: str = "") -> str:
         f"<h1>{e(title)}</h1><p class=\"subtitle\">{e(subtitle)}</p>{banner_html}"
         f"<nav>{''.join(nav)}</nav>"
         f'<section id="leaderboard"><h2>Leaderboard</h2>'
-        f'<p class="note">Sorted by {e(HEADLINE)}. Every value is a macro average in [0, 1] with its 95% bootstrap '
-        "interval below; — means undefined (beyond a result cap). Bold: best in column.</p>"
+        f'<p class="note">Sorted by {e(HEADLINE)} (click a column header to sort by it). Every value is a macro '
+        f"average in [0, 1] with its {e(ci_label)} bootstrap interval below; — means undefined (beyond a result "
+        "cap). Bold: best in column.</p>"
         f"{_leaderboard(systems, colours, bench.get('n_queries'), score.get('table_metrics') or TABLE_METRICS)}</section>"
-        f'<section id="curves"><h2>Curves over k</h2><p class="note">Shaded: 95% bootstrap band. '
+        f'<section id="curves"><h2>Curves over k</h2><p class="note">Shaded: {e(ci_label)} bootstrap band. '
         "A line that stops early belongs to a service that returns fewer than k_max results.</p>"
         f"{_curves(systems, colours, kmax)}</section>"
         f'<section id="breakdowns"><h2>Breakdowns</h2>{_breakdowns(systems, queries)}</section>'
