@@ -507,6 +507,19 @@ def _renderer_hashes(systems: Iterable[dict[str, Any]]) -> list[tuple[str, str, 
     return out
 
 
+def _constants_drift(score: dict[str, Any]) -> list[str]:
+    """Where the JSON's k_max / bootstrap differ from the pinned constants of this code."""
+    try:
+        from scoring.bootstrap import CI, RESAMPLES, SEED
+        from scoring.metrics import K_MAX
+    except ImportError:  # rendering a score file needs no scorer
+        return []
+    boot = score.get("bootstrap") or {}
+    pairs = (("k_max", score.get("k_max"), K_MAX), ("resamples", boot.get("resamples"), RESAMPLES),
+             ("seed", boot.get("seed"), SEED), ("interval", boot.get("ci"), CI))
+    return [f"{name} {got} (code: {want})" for name, got, want in pairs if got is not None and got != want]
+
+
 def _methodology(score: dict[str, Any], systems: list[dict[str, Any]], json_sha: str) -> str:
     bench = score.get("benchmark") or {}
     corpus = score.get("corpus") or {}
@@ -527,6 +540,10 @@ def _methodology(score: dict[str, Any], systems: list[dict[str, Any]], json_sha:
     ]
     for label, key, value in _renderer_hashes(systems):
         rows.append((f"renderer ({label})", f"{key} = {value}"))
+    drift = _constants_drift(score)
+    if drift:
+        rows.append(("note", "this score file was made with other constants than this code's: " + "; ".join(drift)
+                     + " — its numbers are not comparable to a fresh run"))
     scope = score.get("scope") or {}
     if scope.get("styles"):
         rows.append(("styles scored", ", ".join(map(str, scope["styles"]))))

@@ -304,6 +304,18 @@ def test_comparisons_table():
     assert 'id="comparisons"' not in render_html(score)
 
 
+def test_methodology_flags_constants_that_differ_from_the_code():
+    from scoring.bootstrap import RESAMPLES, SEED
+
+    score = synthetic_score()
+    score["bootstrap"]["seed"] = SEED
+    score["bootstrap"]["resamples"] = RESAMPLES
+    assert "other constants than this code" not in render_html(score)
+    score["bootstrap"]["seed"] = SEED + 1
+    page = render_html(score)
+    assert f"seed {SEED + 1} (code: {SEED})" in page and "other constants than this code" in page
+
+
 def test_wrong_schema_is_refused():
     score = synthetic_score()
     score["schema"] = "something/else"
