@@ -280,3 +280,45 @@ def test_dense_row_is_added_only_when_the_slice_vectors_are_cached(tmp_path, mon
     assert not dense_vectors_cached()  # nor of another corpus
     (entry / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
     assert dense_vectors_cached()
+
+
+def test_demo_adds_the_dense_row_from_cached_vectors(tmp_path):
+    """With the slice's vectors in the cache, the default demo runs the dense row: the real
+    model encodes the queries and exact search runs over the cached vectors. The vectors
+    here are random unit vectors written under the real cache key (encoding the slice
+    takes minutes on CPU), so only the wiring is checked, not the row's quality."""
+    import numpy as np
+
+    from benchmarks import SLICE_CORPUS
+    from engines.commands.demo import DENSE_MODEL
+    from engines.local import dense
+    from engines.local.render import renderer_hash
+    from store.corpus import sha256_file
+
+    class _Docs:  # what the cache key reads from a CorpusDocs
+        sha256 = sha256_file(SLICE_CORPUS)
+
+        def __len__(self) -> int:
+            return 11_651
+
+    spec = dense.resolve_model(DENSE_MODEL)
+    key = dense.vectors_key(spec, _Docs(), "float32")
+    entry = tmp_path / "engines-cache" / "dense" / key[:24]
+    entry.mkdir(parents=True)
+    vecs = np.random.default_rng(0).standard_normal((11_651, 384)).astype(np.float32)
+    np.save(entry / "vectors.npy", vecs / np.linalg.norm(vecs, axis=1, keepdims=True))
+    (entry / "meta.json").write_text(json.dumps({
+        "key": key, "model": DENSE_MODEL, "corpus_sha256": _Docs.sha256, "rows": 11_651, "dim": 384,
+        "dtype": "float32", "renderer_hash": renderer_hash(),
+    }), encoding="utf-8")
+
+    proc = _run(["demo", "--targets", "2", "--out", "dd"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"ok   run dense {DENSE_MODEL}" in proc.stderr
+    assert "index cached" in proc.stderr  # the cached vectors were used, nothing was encoded
+    score = json.loads((tmp_path / "dd" / "report" / "report.json").read_text("utf-8"))
+    dense_rows = [s for s in score["systems"] if s["engine"].startswith("dense:")]
+    assert len(dense_rows) == 1 and dense_rows[0]["unanswered"] == 0 and dense_rows[0]["local"]
+    assert dense_rows[0]["params"]["query_format"] == "none"
+    answers = _answers_by_engine(f"sqlite:///{tmp_path / 'dd' / 'cache.db'}")
+    assert answers[f"dense:{DENSE_MODEL}"] == answers["bm25"] > 0
