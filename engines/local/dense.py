@@ -53,8 +53,8 @@ PACKAGED_MODELS = {
 }
 _LICENCE_IDS = {"apache-2.0": "Apache-2.0", "mit": "MIT", "cc-by-4.0": "CC-BY-4.0", "cc-by-nc-4.0": "CC-BY-NC-4.0"}
 DEFAULT_CHUNK_ROWS = 4096
-DEFAULT_QUERY_BATCH = 256
-DEFAULT_BLOCK_ROWS = 65536
+DEFAULT_QUERY_BATCH = 512
+DEFAULT_BLOCK_ROWS = 8192
 
 
 def format_query(text: str, fmt: str, task: str = LSV2_INSTRUCTION) -> str:
@@ -311,9 +311,11 @@ def _merge_candidates(best_s, best_i, thr, S, offset, k):
     Blocks come in corpus order, so a later row that only ties the k-th best loses the tie:
     a strict ``>`` is exactly the lower-id-wins rule.
     """
-    rr, cc = np.nonzero(S > thr[:, None])
-    if rr.size == 0:
+    # flatnonzero on the 1-D view is several times faster than 2-D nonzero (measured).
+    flat = np.flatnonzero(S > thr[:, None])
+    if flat.size == 0:
         return
+    rr, cc = np.divmod(flat, S.shape[1])
     u, start, counts = np.unique(rr, return_index=True, return_counts=True)
     slot = np.arange(rr.size) - np.repeat(start, counts)
     row = np.repeat(np.arange(u.size), counts)
@@ -330,11 +332,14 @@ def _merge_candidates(best_s, best_i, thr, S, offset, k):
 def _search_batch_numpy(Qb: np.ndarray, X: np.ndarray, k: int, block_rows: int) -> tuple[np.ndarray, np.ndarray]:
     n = X.shape[0]
     block_rows = max(block_rows, k)
-    Xb = X[:block_rows]
+    # A small first block seeds the thresholds: a full selection there costs per element,
+    # while later blocks only pay a compare (measured: an 8,192-row seed beats both a full block and a tiny one).
+    first = min(n, max(k, min(block_rows, 8192)))
+    Xb = X[:first]
     S = Qb @ (Xb if Xb.dtype == np.float32 else Xb.astype(np.float32)).T
     best_s, best_i = _select_topk(S, None, k)
     thr = best_s.min(axis=1)
-    for lo in range(block_rows, n, block_rows):
+    for lo in range(first, n, block_rows):
         Xb = X[lo:lo + block_rows]
         S = Qb @ (Xb if Xb.dtype == np.float32 else Xb.astype(np.float32)).T
         _merge_candidates(best_s, best_i, thr, S, lo, k)

