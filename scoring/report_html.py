@@ -352,8 +352,9 @@ def _breakdowns(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) ->
                 ns.append(cell.get("n"))
                 pct = 0 if nd is None else max(0.0, min(1.0, nd)) * 100
                 cells.append(
-                    f'<td class="num bar" style="--w:{pct:.1f}%" title="nDCG@10 {fmt(nd)}, R@10 {fmt(r10)}, n {e(cell.get("n"))}">'
-                    f'{fmt(nd)}<div class="ci">R@10 {fmt(r10)}</div></td>'
+                    f'<td class="num bar" title="nDCG@10 {fmt(nd)}, R@10 {fmt(r10)}, n {e(cell.get("n"))}">'
+                    f'{fmt(nd)}<div class="minibar"><span style="width:{pct:.1f}%"></span></div>'
+                    f'<div class="ci">R@10 {fmt(r10)}</div></td>'
                 )
             n_shown = max((n for n in ns if isinstance(n, int)), default=totals.get(v, ""))
             rows.append(f'<tr><th class="rowh">{e(v)}</th><td class="num">{e(n_shown)}</td>{"".join(cells)}</tr>')
@@ -363,7 +364,7 @@ def _breakdowns(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) ->
         )
     if not out:
         return "<p>No breakdowns in this score file.</p>"
-    return '<p class="note">Each cell: nDCG@10 (bar), R@10 below. n is the number of scored queries in the group.</p>' + "".join(out)
+    return '<p class="note">Each cell: nDCG@10 (and as a bar), R@10 below. n is the number of scored queries in the group.</p>' + "".join(out)
 
 
 def _comparisons(comparisons: list[dict[str, Any]], shorts: dict[str, str], resamples: Any) -> str:
@@ -614,7 +615,7 @@ svg.curve{background:#fff;border:1px solid var(--line);border-radius:4px;max-wid
 svg .grid{stroke:#eceff2;stroke-width:1} svg .frame{fill:none;stroke:#b8c0c8}
 svg .tick{font-size:11px;fill:var(--muted)} svg .ttl{font-size:13px;font-weight:600;fill:var(--fg)}
 .breakdown{width:auto} .breakdown td.bar{min-width:120px} .rowh{font-weight:500}
-td.bar{background:linear-gradient(90deg,#d7e8f7 var(--w),transparent var(--w))}
+.minibar{height:5px;background:#eceff2;border-radius:3px;margin:2px 0 1px}.minibar span{display:block;height:100%;background:#4a8fd4;border-radius:3px}
 .note{color:var(--muted);font-size:12.5px;margin:4px 0}
 .filters{margin:6px 0;display:flex;gap:8px;align-items:center;flex-wrap:wrap}
 .filters input,.filters select{font:inherit;padding:3px 6px}
