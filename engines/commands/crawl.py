@@ -156,6 +156,42 @@ def status_cmd(
     out_console.print(table)
 
 
+def _statements(sql: str) -> int:
+    """Number of statements (``;``-separated outside quotes and comments, empty ones ignored)."""
+    n, i, cur, L = 0, 0, False, len(sql)
+    while i < L:
+        c = sql[i]
+        if c in "'\"":
+            j = sql.find(c, i + 1)
+            while j != -1 and j + 1 < L and sql[j + 1] == c:  # doubled quote inside
+                j = sql.find(c, j + 2)
+            i = L if j == -1 else j + 1
+            cur = True
+            continue
+        if sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = L if j == -1 else j + 1
+            continue
+        if sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            i = L if j == -1 else j + 2
+            continue
+        if c == "$":
+            m = re.match(r"\$[A-Za-z_]*\$", sql[i:])
+            if m:
+                j = sql.find(m.group(0), i + len(m.group(0)))
+                i = L if j == -1 else j + len(m.group(0))
+                cur = True
+                continue
+        if c == ";":
+            n += cur
+            cur = False
+        elif not c.isspace():
+            cur = True
+        i += 1
+    return n + cur
+
+
 def sql_cmd(
     ctx: typer.Context,
     query: str = typer.Argument(..., help="A read-only SQL query, e.g. \"SELECT * FROM v_hits LIMIT 10\"."),
@@ -163,6 +199,8 @@ def sql_cmd(
     tsv: bool = typer.Option(False, "--tsv", help="Tab-separated output with a header line instead of a table."),
 ) -> None:
     """Run a read-only SQL query against the cache (views v_answers and v_hits; see README)."""
+    if _statements(query) != 1:
+        raise InputError("engines sql runs exactly one statement; pass a single SELECT (no `;`-separated list)")
     db = get_db(ctx)
     try:
         with db.engine.connect() as conn:
