@@ -391,3 +391,31 @@ def test_deadline_stops_with_work_remaining_and_all_styles(mpr_url: str, rows) -
     assert res.counts.total == 2 * N_MPR  # --all-styles adds the formal statements
     assert 0 < res.counts.answered < 2 * N_MPR and took < 3.0
     assert table_count(mpr_url, WorkLease, WorkLease.leased_until > 0) == 0  # claims released
+
+
+def test_archived_but_unparsed_response_is_recovered_without_network(mpr_url: str, rows) -> None:
+    """A kill between 'exchange committed' and 'answer written' loses nothing: the next
+    run parses the archived bytes instead of sending the query again."""
+    with StandIn("leanexplore", rows, rate=RATE).in_thread() as srv:
+        crawl(mpr_url, {"leanexplore": srv}, limit=3)
+        db = open_database(mpr_url)
+        try:
+            with db.session() as s, s.begin():
+                ans = s.execute(sa.select(Answer).order_by(Answer.id)).scalars().first()
+                ex_id, sha = ans.exchange_id, ans.query_sha256
+                s.execute(sa.delete(ParseOutcome).where(ParseOutcome.exchange_id == ex_id))
+                s.delete(ans)  # as if the process died right after archiving the exchange
+        finally:
+            db.dispose()
+        before = srv.stats.requests
+        summary, rep = crawl(mpr_url, {"leanexplore": srv}, limit=1)
+        assert summary.results[0].recovered == 1
+        assert srv.stats.requests == before + 1  # only the one new text went out
+        db = open_database(mpr_url)
+        try:
+            with db.session() as s:
+                again = s.execute(sa.select(Answer).where(Answer.query_sha256 == sha)).scalar_one()
+                assert again.exchange_id == ex_id and again.n_returned > 0
+        finally:
+            db.dispose()
+        assert table_count(mpr_url, Answer) == 4  # 3 - 1 lost + 1 recovered + 1 new

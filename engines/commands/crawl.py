@@ -97,7 +97,12 @@ def crawl_cmd(
     )
     db = get_db(ctx)
     reporter = RichReporter() if sys.stderr.isatty() else Reporter()
-    summary = run_crawl(db, opts, reporter)
+    try:
+        summary = run_crawl(db, opts, reporter)
+    except KeyboardInterrupt:
+        reporter.close()
+        info("interrupted: every finished exchange is archived; run the same command again to resume")
+        raise typer.Exit(130) from None
     for line in summary_lines(summary):
         info(line)
     raise typer.Exit(summary.exit_code)
