@@ -290,7 +290,8 @@ def _select_topk(all_s: np.ndarray, all_i: np.ndarray | None, k: int) -> tuple[n
     ``all_i`` None means the ids are the column positions (the first corpus block), which
     avoids materialising a B x C id matrix.
     """
-    sel = np.argpartition(-all_s, k - 1, axis=1)[:, :k]
+    m = all_s.shape[1]
+    sel = np.argpartition(all_s, m - k, axis=1)[:, m - k:]  # the k largest, no negated copy
     best_s = np.take_along_axis(all_s, sel, axis=1)
     best_i = sel.astype(np.int64) if all_i is None else np.take_along_axis(all_i, sel, axis=1)
     # argpartition picks arbitrarily among scores equal to the k-th: repair the (rare) rows
