@@ -303,4 +303,6 @@ def test_run_dense_writes_licensed_resolved_answers(sqlite_url: str, write_jsonl
     with db.session() as s:
         assert s.scalar(sa.select(sa.func.count()).select_from(EngineConfig)) == 2  # another configuration
     assert "index cached" in again.output  # same corpus vectors: the query format is query-side only
+    third = CliRunner().invoke(app, args[:-4] + ["--query-format", "none", "--limit", "5"])
+    assert third.exit_code == 0 and "nothing to do, 5 of 945" in third.output, third.output
     db.dispose()

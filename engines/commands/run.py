@@ -17,6 +17,9 @@ run_app = typer.Typer(help="Run local engines (BM25, dense embedding models) ove
 
 
 def _report(s) -> None:  # noqa: ANN001
+    if not s.answered and not s.index_seconds:
+        info(f"{s.label}: config {s.config_id}; nothing to do, {s.skipped} of {s.total} distinct queries already answered")
+        return
     cached = "cached" if s.index_cached else "built"
     qps = s.answered / s.search_seconds if s.search_seconds > 0 and s.answered else 0.0
     info(

@@ -136,6 +136,8 @@ def run_dense(
     row = ensure_local_config(db, cfg, label=label, licence=spec.licence)
     todo, total, done_before = pending_queries(db, benchmark.id, row.id, epoch, limit)
     summary = RunSummary(row.id, label, 0, done_before, total, params=params)
+    if not todo:
+        return summary  # nothing to answer: do not encode a corpus for nothing
     with progress(f"encoding corpus with {spec.name}", len(docs)) as update:
         vecs = dense.encode_corpus(
             st_model, spec, docs, dtype=dtype, chunk_rows=chunk_rows or dense.DEFAULT_CHUNK_ROWS,
