@@ -306,3 +306,30 @@ def test_run_dense_writes_licensed_resolved_answers(sqlite_url: str, write_jsonl
     third = CliRunner().invoke(app, args[:-4] + ["--query-format", "none", "--limit", "5"])
     assert third.exit_code == 0 and "nothing to do, 5 of 945" in third.output, third.output
     db.dispose()
+
+
+def test_run_dense_bad_options_fail_before_writing(sqlite_url: str, write_jsonl, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from engines.cli import app
+    from store.benchmarks import load_shipped
+    from store.corpus import load_corpus
+    from store.db import open_database
+    from store.models import EngineConfig
+
+    monkeypatch.setenv("ENGINES_CACHE_DIR", str(tmp_path / "cache"))
+    db = open_database(sqlite_url)
+    load_shipped(db)
+    load_corpus(db, str(write_jsonl(_slice_rows(20), "c.jsonl")), name="mini")
+    base = ["--db", sqlite_url, "run", "dense", "--bench", "mathlibqr"]
+    for extra, needle in [
+        (["--model", MODEL, "--query-format", "qwen"], "--query-format 'qwen'"),
+        (["--model", MODEL, "--dtype", "int8"], "--dtype 'int8'"),
+        (["--model", "no such model"], "not a Hugging Face model id"),
+        (["--model", MODEL, "--bench", "nope"], "no benchmark named 'nope'"),
+    ]:
+        res = CliRunner().invoke(app, base + extra)
+        assert res.exit_code == 1 and needle in res.output and "Traceback" not in res.output, res.output
+    with db.session() as s:
+        assert s.scalar(sa.select(sa.func.count()).select_from(EngineConfig)) == 0
+    assert not (tmp_path / "cache").exists()
+    db.dispose()

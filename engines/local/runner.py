@@ -115,7 +115,11 @@ def run_dense(
     from engines.local import dense
 
     task = task or dense.LSV2_INSTRUCTION
-    dense.format_query("", query_format, task)  # validate before any heavy work
+    dense.format_query("", query_format, task)  # validate before any heavy work or any row
+    if dtype not in ("float32", "float16"):
+        from store.errors import InputError
+
+        raise InputError(f"--dtype {dtype!r}: expected float32 or float16")
     spec = dense.resolve_model(model, revision, licence)
     benchmark = find_benchmark(db, bench)
     corp = find_corpus(db, *split_corpus_arg(corpus))
