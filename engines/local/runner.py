@@ -76,7 +76,7 @@ def run_bm25(
     with progress(f"reading corpus {corp.name}", corp.row_count) as update:
         docs = load_corpus_docs(db, corp, update)
     cfg = LocalConfig("bm25", ENDPOINT_VERSION, {**params.identity(), **corpus_identity(docs), "k_max": K_MAX})
-    label = "bm25" if fields == "rendered" else f"bm25[{fields}]"
+    label = "bm25" if fields == "rendered" else f"bm25 ({fields})"
     row = ensure_local_config(db, cfg, label=label, licence=None)
     todo, total, done_before = pending_queries(db, benchmark.id, row.id, epoch, limit)
     summary = RunSummary(row.id, label, 0, done_before, total, params=cfg.params)
