@@ -242,8 +242,6 @@ def encode_corpus(
     n_chunks = (n + chunk_rows - 1) // chunk_rows
     texts_all: list[str] | None = None
     encoded = 0
-    dim: int | None = None
-    done_rows = 0
     for c in range(n_chunks):
         path = partial / f"chunk_{c:06d}.npy"
         lo, hi = c * chunk_rows, min(n, (c + 1) * chunk_rows)
@@ -255,9 +253,8 @@ def encode_corpus(
             np.save(tmp, vecs)
             os.replace(tmp, path)  # a chunk exists only once fully written
             encoded += 1
-        done_rows = hi
         if progress:
-            progress(done_rows)
+            progress(hi)
 
     first = np.load(partial / "chunk_000000.npy", mmap_mode="r")
     dim = int(first.shape[1])
