@@ -192,9 +192,17 @@ class Fetcher:
 
     async def _attempt(self, items: list[tuple[str, str]], attempt: int, outcome: FetchOutcome) -> None:
         texts = [t for _, t in items]
-        await self.pacer.acquire()
+        granted = await self.pacer.acquire()
         request = self.adapter.build_request(texts)
         body_out = request.content if request.content else None
+        left: list[float] = []
+
+        async def trace(name: str, info: Any) -> None:
+            # The moment the request starts to leave (after any connect): the send time.
+            if name.endswith("send_request_headers.started") and not left:
+                left.append(time.time())
+
+        request.extensions["trace"] = trace
         sent_wall = time.time()
         t0 = time.perf_counter()
         self.attempts += 1
@@ -202,6 +210,8 @@ class Fetcher:
             response = await self.client.send(request)
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             elapsed = (time.perf_counter() - t0) * 1000
+            if left:
+                await asyncio.to_thread(self.pacer.correct, granted, left[0])
             err = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
             await asyncio.to_thread(self._archive, request, body_out, texts, attempt, sent_wall, elapsed,
                                     transport_error=err)
@@ -209,6 +219,8 @@ class Fetcher:
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {err}")
             raise Retryable(err) from None
         elapsed = (time.perf_counter() - t0) * 1000
+        if left:
+            await asyncio.to_thread(self.pacer.correct, granted, left[0])
         status = response.status_code
         headers = dict(response.headers)
         body = response.content

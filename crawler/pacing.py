@@ -42,15 +42,15 @@ parse_rate = _parse_rate  # "3/30s" -> Rate(3, 30.0); one parser for adapters an
 
 
 def default_margin(rate: Rate) -> float:
-    """Safety margin added to the window: 1.5 % of T + 5 ms, at least 30 ms, at most 1 s.
+    """Safety margin added to the window: 1 % of T + 5 ms, at least 20 ms, at most 1 s.
 
-    It absorbs timer jitter, the gap between granting a slot and the bytes leaving,
-    and network jitter compressing gaps on the server's side (PERFORMANCE-NOTES §6.1
-    and §6.3: asyncio timers can fire early; e.g. 30 s + 0.5 s). The floor covers
-    scheduling jitter on a busy machine, whatever T. 3/30s → 0.455 s; 20/2s → 35 ms.
-    The sustained rate is n per (T + margin): about 98.3 % of the limit for T ≥ 2 s.
+    Send times are recorded when the request starts to leave (see ``Pacer.correct``),
+    so the margin only has to absorb timer jitter and jitter on the way to the server
+    (PERFORMANCE-NOTES §6.1 and §6.3: asyncio timers can fire early). 3/30s → 0.305 s;
+    20/2s → 25 ms. The sustained rate is n per (T + margin), about 98.8 % of the limit
+    for T >= 2 s. ``--margin`` sets it explicitly (e.g. 1 s for a jittery network).
     """
-    return min(1.0, max(0.03, 0.005 + 0.015 * rate.period))
+    return min(1.0, max(0.02, 0.005 + 0.01 * rate.period))
 
 
 # ------------------------------------------------------------------------- clocks
@@ -115,6 +115,9 @@ class Ledger(Protocol):
 
     def paused_until(self, host: str) -> float | None: ...
 
+    def correct(self, host: str, recorded: float, actual: float) -> None:
+        """Replace a recorded send time by the (later) time the request actually left."""
+
 
 class MemoryLedger:
     """In-process ledger (tests, or a throwaway run); ``history`` seeds it, e.g. from a restart."""
@@ -137,6 +140,12 @@ class MemoryLedger:
 
     def pause(self, host: str, until: float) -> None:
         self.pauses[host] = max(self.pauses.get(host, 0.0), until)
+
+    def correct(self, host: str, recorded: float, actual: float) -> None:
+        log = self.sends.get(host, [])
+        if recorded in log:
+            log[log.index(recorded)] = actual
+            log.sort()
 
     def paused_until(self, host: str) -> float | None:
         return self.pauses.get(host)
@@ -216,6 +225,12 @@ class DbLedger:
                         sa.update(self._hs).where(self._hs.c.host == host).values(paused_until=until, updated_at=utcnow())
                     )
 
+    def correct(self, host: str, recorded: float, actual: float) -> None:
+        with self.db.engine.begin() as conn:
+            conn.execute(
+                sa.update(self._sl).where(self._sl.c.host == host, self._sl.c.sent_at == recorded).values(sent_at=actual)
+            )
+
     def paused_until(self, host: str) -> float | None:
         with self.db.engine.connect() as conn:
             return conn.execute(sa.select(self._hs.c.paused_until).where(self._hs.c.host == host)).scalar()
@@ -274,7 +289,7 @@ class Pacer:
         self.deadline = deadline
         self.stats = PacerStats()
         self._lock = asyncio.Lock()
-        self._credit: tuple[float, float] | None = None  # (last send, its lateness)
+        self._last: tuple[float, float] | None = None  # (last send as recorded, its planned slot)
 
     @property
     def interval(self) -> float:
@@ -287,11 +302,10 @@ class Pacer:
             planned: float | None = None
             while True:
                 ok, t = self.ledger.reserve(self.host, self.clock.now, self.rate, self.margin, self.worker,
-                                            self._credit)
+                                            self._credit())
                 if ok:
                     self.stats.sends += 1
-                    late = 0.0 if planned is None else min(max(0.0, t - planned), self.interval / 2)
-                    self._credit = (t, late)
+                    self._last = (t, t if planned is None else planned)
                     return t
                 now = self.clock.now()
                 if self.deadline is not None and t > self.deadline:
@@ -300,6 +314,25 @@ class Pacer:
                 wait = t - now
                 self.stats.waited += wait
                 await self.clock.sleep(wait)
+
+    def _credit(self) -> tuple[float, float] | None:
+        if self._last is None:
+            return None
+        sent, planned = self._last
+        return sent, min(max(0.0, sent - planned), self.interval / 2)
+
+    def correct(self, recorded: float, actual: float, threshold: float = 0.001) -> None:
+        """The request granted at ``recorded`` left at ``actual``: keep the log exact.
+
+        Between the grant and the bytes leaving there can be milliseconds (a commit, the
+        GIL, the scheduler); a window counted from the recorded time would be that much
+        short on the server's side, so a late departure replaces the recorded time.
+        """
+        if actual - recorded <= threshold:
+            return
+        self.ledger.correct(self.host, recorded, actual)
+        if self._last is not None and self._last[0] == recorded:
+            self._last = (actual, self._last[1])
 
     def pause(self, until: float) -> None:
         """Hold every send to this host until ``until`` (429 / Retry-After)."""

@@ -404,7 +404,7 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
         clock = SystemClock()
         pacers: dict[str, Pacer] = {}
         fetchers: list[tuple[_Engine, Fetcher]] = []
-        limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
+        limits = httpx.Limits(max_connections=16, max_keepalive_connections=8)
         async with httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False) as client:
             for eng in engines:
                 eng.queue.seed(retry_failed=opts.retry_failed)

@@ -212,7 +212,8 @@ def test_parse_rate_and_margin() -> None:
         parse_rate("fast")
     with pytest.raises(InputError):
         parse_rate("0/30s")
-    assert default_margin(Rate(3, 30.0)) == pytest.approx(0.455)
+    assert default_margin(Rate(3, 30.0)) == pytest.approx(0.305)
+    assert default_margin(Rate(10, 0.5)) == pytest.approx(0.02)
     assert default_margin(Rate(1, 3600.0)) == 1.0
 
 
@@ -220,3 +221,26 @@ def test_max_in_window_counts_closed_windows() -> None:
     assert max_in_window([0.0, 1.0, 2.0], 2.0) == 3
     assert max_in_window([0.0, 1.0, 2.0001], 2.0) == 2
     assert max_in_window([], 1.0) == 0
+
+
+async def test_late_departure_corrects_the_log_and_next_window(tmp_path) -> None:
+    """A request that left 40 ms after its grant is logged at its departure time, and the
+    window of the send n later counts from there (SQLite ledger and memory ledger)."""
+    for kind in ("memory", "db"):
+        clock = FakeClock()
+        db = open_database(f"sqlite:///{tmp_path / (kind + '.db')}") if kind == "db" else None
+        try:
+            ledger = DbLedger(db) if db else MemoryLedger()
+            pacer = Pacer("h", Rate(2, 10.0), ledger, clock=clock, margin=0.0)
+            t1 = await pacer.acquire()
+            pacer.correct(t1, t1 + 0.04)  # left late
+            pacer.correct(t1 + 0.04, t1 + 0.0405)  # below the 1 ms threshold: ignored
+            t2 = await pacer.acquire()
+            t3 = await pacer.acquire()
+            assert t2 == pytest.approx(t1 + 5.0)  # spacing counts from the planned slot
+            assert t3 == pytest.approx(t1 + 0.04 + 10.0)  # the window from the actual departure
+            stored = ledger.history("h", 0.0) if db else ledger.sends["h"]
+            assert stored == pytest.approx([t1 + 0.04, t2, t3])
+        finally:
+            if db:
+                db.dispose()
