@@ -108,6 +108,22 @@ def crawl_cmd(
     raise typer.Exit(summary.exit_code)
 
 
+def _last_rates(db) -> dict:
+    """engine → the rate its most recent crawl was told to use (``--rate``), if any."""
+    from crawler.pacing import parse_rate
+    from store.models import Crawl
+
+    out: dict = {}
+    with db.session() as s:
+        for args in s.execute(sa.select(Crawl.args).order_by(Crawl.id.desc()).limit(200)).scalars():
+            rates = (args or {}).get("rates") or {}
+            for eng in (args or {}).get("engines") or []:
+                if eng not in out:
+                    text = rates.get(eng) or rates.get("*")
+                    out[eng] = parse_rate(text) if text else None
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def status_cmd(
     ctx: typer.Context,
     bench: Optional[str] = typer.Option(None, "--bench", "-b", help="Only this benchmark."),
@@ -131,6 +147,7 @@ def status_cmd(
         from store.benchmarks import find_benchmark
 
         find_benchmark(db, bench)  # raises the one-line "no benchmark named ..." error
+    rates = _last_rates(db)
     table = Table("config", "benchmark", "epoch", "answered", "failed", "pending", "last success", "rate", "ETA")
     for b in benches:
         texts = benchmark_texts(db, b.id, all_styles)
@@ -148,7 +165,7 @@ def status_cmd(
                 )
             cls = ENGINES.get(cfg.engine)
             if cls is not None:
-                r = cls.defaults.rate
+                r = rates.get(cfg.engine) or cls.defaults.rate
                 interval = (r.period + default_margin(r)) / r.n
                 batch = int(cls.defaults.batch_size)
                 rate_s, eta_s = str(r), fmt_duration(eta(c.pending, interval, batch))
