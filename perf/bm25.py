@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -64,6 +65,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--fields", nargs="+", default=["rendered", "name,signature,docstring"])
+    ap.add_argument("--keep", action="store_true", help="keep the temporary database and cache directory")
     args = ap.parse_args()
 
     from engines.local.bm25 import BM25Params, build_or_load
@@ -131,6 +133,10 @@ def main() -> None:
         inl = inline_metrics(db, summary.config_id, bench.id, corp.id)
         print(f"inline check: n={inl['n']} of {inl['of']} nDCG@10={inl['nDCG@10']:.3f} R@10={inl['R@10']:.3f}")
     db.dispose()
+    if args.keep:
+        print(f"kept {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
