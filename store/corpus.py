@@ -315,8 +315,8 @@ def find_corpus(db: Database, name: str | None = None, revision: str | None = No
             q = q.where(Corpus.revision == revision)
         found = list(s.execute(q.order_by(Corpus.id)).scalars())
     if not found:
-        what = f"corpus {name!r}" if name else "any corpus"
-        raise InputError(f"no {what} in the database; load one with `engines corpus load SRC --name N`")
+        what = f"no corpus {name!r}" if name else "no corpus"
+        raise InputError(f"{what} in the database; load one with `engines corpus load SRC --name N`")
     if len(found) > 1:
         listed = ", ".join(f"{c.name}@{c.revision}" for c in found)
         raise InputError(f"several corpora match ({listed}); choose one with --corpus NAME[@REVISION]")

@@ -19,6 +19,11 @@ class HitRow:
     rank: int  # 1-based, as returned
     name: str  # as returned (dotted if the engine sent a list)
     raw: Any = None
+    # Set when the hit is a corpus row by construction (local engines); crawled hits
+    # are resolved later by the scorer.
+    resolved_corpus_id: int | None = None
+    declaration_id: int | None = None
+    resolution: str | None = None
 
 
 def ensure_config(
@@ -68,7 +73,11 @@ def add_answer(
     latency_ms: float | None = None,
     meta: dict[str, Any] | None = None,
 ) -> Answer:
-    """Add one ranked list (caller commits). Ranks are kept exactly as given."""
+    """Add one ranked list (caller commits). Ranks are kept exactly as given.
+
+    Hits go in as one executemany: through the unit of work, 200 hit objects per
+    answer made writing a local run's 945 answers take over 20 s on SQLite.
+    """
     hits = list(hits)
     answer = Answer(
         config_id=config_id,
@@ -82,6 +91,23 @@ def add_answer(
         latency_ms=latency_ms,
         meta=meta,
     )
-    answer.hits = [Hit(rank=h.rank, name=h.name, normalized_name=normalize_name(h.name), raw=h.raw) for h in hits]
     session.add(answer)
+    session.flush()
+    if hits:
+        session.execute(
+            sa.insert(Hit),
+            [
+                {
+                    "answer_id": answer.id,
+                    "rank": h.rank,
+                    "name": h.name,
+                    "normalized_name": normalize_name(h.name),
+                    "raw": h.raw,
+                    "resolved_corpus_id": h.resolved_corpus_id,
+                    "declaration_id": h.declaration_id,
+                    "resolution": h.resolution,
+                }
+                for h in hits
+            ],
+        )
     return answer

@@ -223,19 +223,19 @@ def write_answers(
     n = 0
     with db.session() as s:
         for r in results:
+            # Each hit is the corpus row itself: resolved by construction, no name lookup.
             hits = [
-                HitRow(rank=i + 1, name=docs.full_names[j], raw={"score": float(sc), "row": int(j)})
+                HitRow(
+                    rank=i + 1, name=docs.full_names[j], raw={"score": float(sc), "row": int(j)},
+                    resolved_corpus_id=docs.corpus_id, declaration_id=int(docs.declaration_ids[j]),
+                    resolution="resolved",
+                )
                 for i, (j, sc) in enumerate(zip(r.indices, r.scores))
             ]
-            ans = add_answer(
+            add_answer(
                 s, config_id=config_id, query_text=r.query.text, query_sha256=r.query.query_sha256,
                 hits=hits, epoch=epoch, latency_ms=r.latency_ms, meta=r.meta,
             )
-            for h, j in zip(ans.hits, r.indices):
-                # The hit is the corpus row itself: resolved by construction, no name lookup.
-                h.resolved_corpus_id = docs.corpus_id
-                h.declaration_id = int(docs.declaration_ids[j])
-                h.resolution = "resolved"
             n += 1
             if n % 50 == 0:
                 s.commit()
