@@ -74,3 +74,10 @@ def test_invalid_json_corpus_line_is_reported(run, write_jsonl) -> None:
     res = run("corpus", "load", str(path), "--name", "broken")
     assert res.exit_code == 1
     assert res.stderr.startswith(f"error: {path}:2: invalid JSON")
+
+
+def test_table_cells_are_not_rich_markup(run) -> None:
+    # Labels and SQL values may contain brackets (e.g. "bm25 [fields]"); they must print verbatim.
+    res = run("sql", "SELECT '[bold]kept[/bold] [fields]' AS v")
+    assert res.exit_code == 0, res.output
+    assert "[bold]kept[/bold] [fields]" in res.stdout

@@ -13,6 +13,7 @@ from typing import Optional
 
 import sqlalchemy as sa
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from engines.commands.common import get_db, info, out_console
@@ -171,7 +172,7 @@ def status_cmd(
                 rate_s, eta_s = str(r), fmt_duration(eta(c.pending, interval, batch))
             else:
                 rate_s, eta_s = "-", "-"
-            table.add_row(cfg.label, b.name, str(epoch), f"{c.answered}/{c.total}", str(c.failed), str(c.pending),
+            table.add_row(escape(cfg.label), escape(b.name), str(epoch), f"{c.answered}/{c.total}", str(c.failed), str(c.pending),
                           f"{last:%Y-%m-%d %H:%M}" if last else "-", rate_s, eta_s)
     if not configs:
         info("no remote engine configurations yet; run `engines crawl ENGINE --bench B`")
@@ -257,7 +258,7 @@ def sql_cmd(
         return
     table = Table(*cols)
     for r in rows:
-        table.add_row(*(cell(v) for v in r))
+        table.add_row(*(escape(cell(v)) for v in r))
     out_console.print(table)
     info(f"{len(rows)} row(s)")
 

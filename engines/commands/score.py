@@ -7,6 +7,7 @@ from typing import List, Optional, Tuple
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from engines.commands.common import get_db, info, out_console
@@ -56,7 +57,7 @@ def _main_table(doc: dict) -> Table:
             badges.append(s["licence"])
         cov = [_fmt(s.get("coverage"))] if show_cov else []
         table.add_row(
-            s["id"], str(s["n"]), str(s["dropped"]), *cov,
+            escape(s["id"]), str(s["n"]), str(s["dropped"]), *cov,
             *[_fmt((s["metrics"].get(m) or {}).get("value")) for m in metric_cols],
             _ci(s["metrics"].get(ci_metric)), ", ".join(badges),
             "—" if lat is None else f"{lat:,.0f} ms",
@@ -78,7 +79,7 @@ def _breakdown_table(doc: dict, dim: str) -> Table | None:
         for v in values:
             c = (s["breakdowns"].get(dim) or {}).get(v)
             cells.append("—" if c is None else f"{_fmt(c.get(keys[0]))} / {_fmt(c.get(keys[1]))} ({c['n']})")
-        table.add_row(s["id"], *cells)
+        table.add_row(escape(s["id"]), *cells)
     return table
 
 
@@ -88,7 +89,7 @@ def _comparison_table(doc: dict) -> Table:
         table.add_column(c, justify="left" if c in ("A", "B", "metric") else "right")
     for c in doc["comparisons"]:
         lo, hi = c["ci"]
-        table.add_row(c["a"], c["b"], c["metric"], f"{c['diff']:+.3f}", f"[{lo:+.3f}, {hi:+.3f}]", f"{c['p']:.3f}")
+        table.add_row(escape(c["a"]), escape(c["b"]), c["metric"], f"{c['diff']:+.3f}", f"[{lo:+.3f}, {hi:+.3f}]", f"{c['p']:.3f}")
     return table
 
 
