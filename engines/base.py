@@ -193,6 +193,7 @@ class RemoteAdapter:
     DEFAULT_URL: str = ""
     PARAMS: dict[str, Any] = {}
     MAX_BATCH: int | None = 1  # most texts one request can carry (None: no limit)
+    MAX_NUM_RESULTS: int | None = None  # most results one request may ask for (None: no limit)
 
     def __init__(self, base_url: str | None = None, **params: Any) -> None:
         import os
@@ -208,6 +209,10 @@ class RemoteAdapter:
         if self.batch_size < 1 or (self.MAX_BATCH is not None and self.batch_size > self.MAX_BATCH):
             raise InputError(f"{self.engine}: batch_size {self.batch_size} out of range 1..{self.MAX_BATCH}")
         self.num_results = int(params.pop("num_results", self.defaults.num_results))
+        if self.MAX_NUM_RESULTS is not None and not 1 <= self.num_results <= self.MAX_NUM_RESULTS:
+            raise InputError(f"{self.engine}: num_results {self.num_results} out of range 1..{self.MAX_NUM_RESULTS}")
+        if self.num_results < 1:
+            raise InputError(f"{self.engine}: num_results {self.num_results} must be at least 1")
         self.timeout = float(params.pop("timeout", self.defaults.timeout))
         self.params = {k: params.pop(k, v) for k, v in self.PARAMS.items()}
         if params:

@@ -31,7 +31,6 @@ from engines.base import (
     RemoteAdapter,
     decode_json_body,
 )
-from store.errors import InputError
 
 API_KEY_ENV = "ENGINES_LEANEXPLORE_API_KEY"
 
@@ -51,8 +50,6 @@ class LeanExploreAdapter(RemoteAdapter):
             pk = [p.strip() for p in pk.split(",") if p.strip()]
         # Sorted so that the same set of packages is one configuration.
         self.params["packages"] = sorted(pk) if pk else None
-        if self.num_results < 1:
-            raise InputError(f"leanexplore: num_results {self.num_results} must be at least 1")
 
     def build_request(self, texts: list[str]) -> httpx.Request:
         self._check_texts(texts)

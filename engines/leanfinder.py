@@ -71,8 +71,6 @@ class LeanFinderAdapter(RemoteAdapter):
         v = self.params["version"]
         if v is not None and not re.fullmatch(r"v\d+\.\d+\.\d+(-rc\d+)?", str(v)):
             raise InputError(f"leanfinder: version {v!r} is not like v4.19.0 (known: {', '.join(KNOWN_VERSIONS)})")
-        if self.num_results < 1:
-            raise InputError(f"leanfinder: num_results {self.num_results} must be at least 1")
 
     def build_request(self, texts: list[str]) -> httpx.Request:
         self._check_texts(texts)

@@ -28,7 +28,6 @@ from engines.base import (
     RemoteAdapter,
     decode_json_body,
 )
-from store.errors import InputError
 
 MAX_NUM_RESULTS = 150  # server-side validation since 2025-09-12 (frenzymath/LeanSearch f264465)
 
@@ -48,12 +47,8 @@ class LeanSearchAdapter(RemoteAdapter):
     parser_version = 1
     DEFAULT_URL = "https://leansearch.net"
     MAX_BATCH = None
+    MAX_NUM_RESULTS = MAX_NUM_RESULTS
     defaults = EngineDefaults(rate=Rate(3, 30.0), timeout=30.0, result_cap=50, batch_size=1, num_results=50)
-
-    def __init__(self, base_url: str | None = None, **params: Any) -> None:
-        super().__init__(base_url, **params)
-        if not 1 <= self.num_results <= MAX_NUM_RESULTS:
-            raise InputError(f"leansearch: num_results {self.num_results} out of range 1..{MAX_NUM_RESULTS}")
 
     def build_request(self, texts: list[str]) -> httpx.Request:
         self._check_texts(texts)

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from store.db import Database
 from store.errors import InputError
-from store.models import Corpus, Declaration
+from store.models import Corpus
 from store.types import utcnow
 
 KNOWN_KEYS = (
