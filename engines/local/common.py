@@ -180,7 +180,7 @@ def pending_queries(
         seen.setdefault(sha, PendingQuery(text, sha))
     wanted = list(seen.values())
     if limit is not None:
-        wanted = wanted[:limit]  # the benchmark's first N texts, as the crawler's --limit takes them
+        wanted = wanted[:limit]  # the benchmark's first N texts (the crawler's --limit takes N due texts in lease order)
     todo = [q for q in wanted if q.query_sha256 not in done]
     return todo, len(seen), len(wanted) - len(todo)
 
