@@ -263,7 +263,7 @@ def test_demo_report_in_headless_chromium(demo_run, tmp_path):
     assert shot.stat().st_size > 20_000
 
 
-def test_dense_row_is_added_only_when_the_slice_vectors_are_cached(tmp_path, monkeypatch):
+def test_dense_vectors_cached_needs_same_model_renderer_and_corpus(tmp_path, monkeypatch):
     from benchmarks import SLICE_CORPUS
     from engines.commands.demo import DENSE_MODEL, dense_vectors_cached
     from engines.local.render import renderer_hash
