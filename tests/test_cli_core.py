@@ -81,3 +81,25 @@ def test_table_cells_are_not_rich_markup(run) -> None:
     res = run("sql", "SELECT '[bold]kept[/bold] [fields]' AS v")
     assert res.exit_code == 0, res.output
     assert "[bold]kept[/bold] [fields]" in res.stdout
+
+
+def test_sql_cannot_write_on_postgres_even_past_the_statement_counter(run, pg_url) -> None:
+    assert run("bench", "load", "--shipped", url=pg_url).exit_code == 0
+    # E'\'' hides the `;` from the statement counter; over the simple protocol the COMMIT
+    # would end the read-only transaction and the DELETE would run.
+    sneaky = r"SELECT E'\'';COMMIT;DELETE FROM gold_names;SELECT 'x'"
+    res = run("sql", sneaky, url=pg_url)
+    assert res.exit_code == 1 and res.stderr.startswith("error: SQL error:")
+    res = run("sql", "--tsv", "SELECT count(*) AS n FROM gold_names WHERE name LIKE 'Nat.%'", url=pg_url)
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[0] == "n" and int(res.stdout.splitlines()[1]) > 0
+    res = run("sql", "--tsv", "SELECT count(*) AS n FROM gold_names", url=pg_url)
+    assert res.stdout.splitlines() == ["n", str(946 + sum_mpr_names())]  # nothing was deleted
+
+
+def sum_mpr_names() -> int:
+    import json
+
+    data = json.loads((SHIPPED_DIR / "MathlibMPR.json").read_text())
+    # Two styles per item share the item's premise groups: each style has its own gold rows.
+    return 2 * sum(len(g["docs"]) for item in data for g in item["premise_group"])

@@ -215,6 +215,49 @@ def _statements(sql: str) -> int:
     return n + cur
 
 
+def _run_sqlite_read_only(db, query: str) -> tuple[list[str], list]:  # noqa: ANN001
+    # sqlite3 refuses more than one statement per execute, and query_only refuses writes.
+    with db.engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA query_only = ON")
+        try:
+            result = conn.exec_driver_sql(query)
+            return (list(result.keys()), result.fetchall()) if result.returns_rows else ([], [])
+        finally:
+            conn.rollback()
+            conn.exec_driver_sql("PRAGMA query_only = OFF")
+
+
+def _run_postgres_read_only(db, query: str) -> tuple[list[str], list]:  # noqa: ANN001
+    """Read-only at the session level, sent as a prepared statement.
+
+    A plain query goes over the simple protocol, which runs every `;`-separated command:
+    `COMMIT; DELETE ...` (hidden from `_statements` inside an E'...' string) would end a
+    read-only *transaction* and write. The extended protocol refuses multiple commands, and
+    a read-only *session* keeps any later transaction read-only too. The connection is
+    discarded afterwards so the setting never reaches the pool.
+    """
+    import psycopg
+
+    with db.engine.connect() as conn:
+        try:
+            conn.exec_driver_sql("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            conn.commit()
+            raw = conn.connection.driver_connection
+            try:
+                with raw.cursor() as cur:
+                    cur.execute(query, prepare=True)
+                    if cur.description is None:
+                        return [], []
+                    return [d.name for d in cur.description], cur.fetchall()
+            except psycopg.Error as exc:
+                reason = str(exc).strip().splitlines()[0]
+                raise UserError(f"SQL error: {reason} (engines sql runs read-only queries)") from None
+            finally:
+                raw.rollback()
+        finally:
+            conn.invalidate()
+
+
 def sql_cmd(
     ctx: typer.Context,
     query: str = typer.Argument(..., help="A read-only SQL query, e.g. \"SELECT * FROM v_hits LIMIT 10\"."),
@@ -226,19 +269,10 @@ def sql_cmd(
         raise InputError("engines sql runs exactly one statement; pass a single SELECT (no `;`-separated list)")
     db = get_db(ctx)
     try:
-        with db.engine.connect() as conn:
-            if db.dialect == "sqlite":
-                conn.exec_driver_sql("PRAGMA query_only = ON")
-            else:
-                conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-            try:
-                result = conn.exec_driver_sql(query)
-                cols = list(result.keys()) if result.returns_rows else []
-                rows = result.fetchall() if result.returns_rows else []
-            finally:
-                conn.rollback()
-                if db.dialect == "sqlite":
-                    conn.exec_driver_sql("PRAGMA query_only = OFF")
+        if db.dialect == "sqlite":
+            cols, rows = _run_sqlite_read_only(db, query)
+        else:
+            cols, rows = _run_postgres_read_only(db, query)
     except sa.exc.DBAPIError as exc:
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
         raise UserError(f"SQL error: {reason} (engines sql runs read-only queries)") from None
