@@ -49,8 +49,11 @@ class Bootstrap:
         if self.n == 0:
             nan = np.full(x.shape[1:], np.nan)
             return nan, nan
+        return self._bounds(self.means(x))
+
+    def _bounds(self, boot_means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         alpha = (1.0 - self.ci) / 2.0
-        lo, hi = np.percentile(self.means(x), [100 * alpha, 100 * (1 - alpha)], axis=0)
+        lo, hi = np.percentile(boot_means, [100 * alpha, 100 * (1 - alpha)], axis=0)
         return lo, hi
 
     def paired(self, a: np.ndarray, b: np.ndarray) -> PairedResult:
@@ -65,7 +68,7 @@ class Bootstrap:
             return PairedResult(float("nan"), (float("nan"), float("nan")), float("nan"))
         obs = float(d.mean())
         boot = self.means(d)
-        lo, hi = self.interval(d)
+        lo, hi = self._bounds(boot)  # the same draws: no second (resamples x n) product
         extreme = int(np.sum(np.abs(boot - obs) >= abs(obs) - 1e-15))
         p = (1 + extreme) / (1 + self.resamples)
         return PairedResult(obs, (float(lo), float(hi)), min(1.0, p))

@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import sqlalchemy as sa
@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError
 from scoring import aggregate as agg
 from scoring.bootstrap import Bootstrap, RESAMPLES, SEED, CI
 from scoring.mamut import MAMUT_METRICS, PROFILES as MAMUT_PROFILES, SKLEARN_METRICS, profile_query
-from scoring.metrics import K_MAX, QueryMatrix, per_query_curves
+from scoring.metrics import K_MAX, QueryMatrix, per_query_curves, reciprocal_rank
 from scoring.positions import QueryRec, UnitRec, ensure_positions, load_queries, read_positions, resolvable_units
 from scoring.resolve import NOT_IN_CORPUS, RESOLVED, _chunks, names_in_corpus, resolution_counts, resolve_hits
 from store.benchmarks import find_benchmark
@@ -413,11 +413,7 @@ def score(
         )
 
     comparisons = []
-    for a_id, b_id in pairs:
-        ids = {x.ref.id for x in system_scores}
-        for w in (a_id, b_id):
-            if w not in ids:
-                raise InputError(f"--compare: no system {w!r} in this scoring run (systems: {', '.join(sorted(ids)) or 'none'})")
+    for a_id, b_id in pairs:  # ids were checked against refs before scoring
         sa_, sb_ = (next(x for x in system_scores if x.ref.id == w) for w in (a_id, b_id))
         for metric in sa_.arrays:
             if metric not in sb_.arrays:
@@ -578,7 +574,7 @@ def _score_system(
         curve_json, pr_json = None, None
         bd_values = {key: arrays[key] for key in ("nDCG", "AP")}
         per_query = {
-            q.qid: {"positions": ps, "rr": _rr(ps), "answered": answered[i], **rows[i]}
+            q.qid: {"positions": ps, "rr": reciprocal_rank(ps), "answered": answered[i], **rows[i]}
             for i, ((q, _), ps) in enumerate(zip(scored, positions))
         }
     breakdowns = {}
@@ -592,6 +588,3 @@ def _score_system(
     )
 
 
-def _rr(ps: Iterable[int | None]) -> float:
-    found = [p for p in ps if p is not None]
-    return 1.0 / min(found) if found else 0.0
