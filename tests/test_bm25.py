@@ -253,6 +253,24 @@ def test_run_bm25_writes_resolved_answers_and_skips_done(any_db_url: str, write_
     assert again.exit_code == 0, again.output
     assert "answered 3 queries" in again.output and "12 already answered" in again.output
 
+    # Nothing due: the re-run must return before reading the corpus or building/loading the index.
+    from engines.local import bm25, runner as local_runner
+
+    def must_not_run(*_a, **_k):
+        raise AssertionError("called although no query was due")
+
+    monkeypatch.setattr(local_runner, "load_corpus_docs", must_not_run)
+    monkeypatch.setattr(bm25, "build_or_load", must_not_run)
+    idle = runner.invoke(app, ["--db", any_db_url, "run", "bm25", "--bench", "mathlibqr", "--corpus", "mini",
+                               "--limit", "15"])
+    assert idle.exit_code == 0, idle.output
+    assert "nothing to do, 15 of" in idle.output, idle.output
+    db = open_database(any_db_url)
+    with db.session() as s:  # the same configuration (identity from the Corpus row == from the rows)
+        assert s.scalar(sa.select(sa.func.count()).select_from(EngineConfig)) == 1
+        assert s.scalar(sa.select(sa.func.count()).select_from(Answer)) == 15
+    db.dispose()
+
 
 def test_run_bm25_bad_input_is_one_line(sqlite_url: str, write_jsonl, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -303,6 +303,15 @@ def test_run_dense_writes_licensed_resolved_answers(sqlite_url: str, write_jsonl
     with db.session() as s:
         assert s.scalar(sa.select(sa.func.count()).select_from(EngineConfig)) == 2  # another configuration
     assert "index cached" in again.output  # same corpus vectors: the query format is query-side only
+    from engines.local import runner as local_runner
+
+    def must_not_run(*_a, **_k):
+        raise AssertionError("called although no query was due")
+
+    # Nothing due: return before reading the corpus, loading the model or touching the vectors.
+    monkeypatch.setattr(local_runner, "load_corpus_docs", must_not_run)
+    monkeypatch.setattr(dense, "load_model", must_not_run)
+    monkeypatch.setattr(dense, "encode_corpus", must_not_run)
     third = CliRunner().invoke(app, args[:-4] + ["--query-format", "none", "--limit", "5"])
     assert third.exit_code == 0 and "nothing to do, 5 of 945" in third.output, third.output
     db.dispose()

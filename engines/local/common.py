@@ -11,7 +11,6 @@ temporary name and renamed into place when complete.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -45,9 +44,9 @@ def cache_root() -> Path:
 
 
 def cache_key(kind: str, **parts: Any) -> str:
-    """sha256 over the canonical JSON of everything that determines a cache entry."""
-    blob = json.dumps({"kind": kind, **parts}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    """sha256 over the canonical JSON of everything that determines a cache entry
+    (the same hashing as a configuration identity, so one definition of "canonical")."""
+    return config_hash({"kind": kind, **parts})
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -83,6 +82,10 @@ class CorpusDocs:
     rows: list[dict[str, Any]]  # the text columns, for rendering / field sets
 
     def __len__(self) -> int:
+        return len(self.full_names)
+
+    @property
+    def row_count(self) -> int:  # same attribute as a ``Corpus`` row, for :func:`corpus_identity`
         return len(self.full_names)
 
     def texts(self, fields: str = "rendered") -> list[str]:
@@ -140,12 +143,20 @@ def load_corpus_docs(db: Database, corpus: Corpus, progress: Callable[[int], Non
                 progress(len(rows))
     if not rows:
         raise InputError(f"corpus {corpus.name}@{corpus.revision} has no declarations")
+    if len(rows) != corpus.row_count:
+        # The configuration identity uses corpus.row_count (read before the rows): they must agree.
+        raise InputError(
+            f"corpus {corpus.name}@{corpus.revision}: {len(rows)} declarations but row_count {corpus.row_count}; reload it"
+        )
     return CorpusDocs(corpus.id, corpus.name, corpus.revision, corpus.sha256,
                       np.asarray(ids, dtype=np.int64), names, rows)
 
 
-def corpus_identity(docs: CorpusDocs) -> dict[str, Any]:
-    return {"corpus": f"{docs.name}@{docs.revision}", "corpus_sha256": docs.sha256, "corpus_rows": len(docs)}
+def corpus_identity(corpus: Corpus | CorpusDocs) -> dict[str, Any]:
+    """The corpus part of a configuration identity: from the ``Corpus`` row alone (no need to
+    read its declarations) or from loaded documents, with the same result."""
+    return {"corpus": f"{corpus.name}@{corpus.revision}", "corpus_sha256": corpus.sha256,
+            "corpus_rows": corpus.row_count}
 
 
 def renderer_identity(fields: str = "rendered") -> dict[str, Any]:

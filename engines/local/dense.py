@@ -185,6 +185,15 @@ def encode_texts(model: Any, texts: list[str], batch_size: int = 64) -> np.ndarr
 # ---------------------------------------------------------------- corpus vectors
 
 
+DTYPES = ("float32", "float16")
+
+
+def check_dtype(dtype: str) -> None:
+    """Reject a corpus vector dtype other than :data:`DTYPES` (before anything is read or written)."""
+    if dtype not in DTYPES:
+        raise InputError(f"--dtype {dtype!r}: expected float32 or float16")
+
+
 def vectors_key(spec: ModelSpec, docs: CorpusDocs, dtype: str) -> str:
     return cache_key(
         "dense", model=spec.name, model_revision=spec.revision, dtype=dtype,
@@ -213,9 +222,10 @@ def encode_corpus(
     root: Path | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> CorpusVectors:
-    """Cached corpus vectors; encodes missing chunks (resuming a killed run) and assembles."""
-    if dtype not in ("float32", "float16"):
-        raise InputError(f"--dtype {dtype!r}: expected float32 or float16")
+    """Cached corpus vectors; encodes missing chunks (resuming a killed run) and assembles.
+
+    ``dtype`` is one of :data:`DTYPES`, checked by :func:`check_dtype` before any work (run_dense).
+    """
     root = (root or cache_root()) / "dense"
     key = vectors_key(spec, docs, dtype)
     final = root / key[:24]

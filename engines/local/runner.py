@@ -3,7 +3,8 @@
 :func:`run_bm25` and :func:`run_dense` are what ``engines run bm25|dense`` (and the demo)
 call. Each builds the configuration identity (engine, renderer hash, corpus sha256 and
 the result-changing parameters), registers it with ``local=True``, skips queries that
-configuration already answered in the epoch, and writes the rest as answers + resolved
+configuration already answered in the epoch (returning before the corpus is read or an
+index/model loaded when none is due), and writes the rest as answers + resolved
 hits through ``store.writes``.
 """
 
@@ -73,13 +74,15 @@ def run_bm25(
                         method=method or DEFAULT_METHOD, fields=fields)
     benchmark = find_benchmark(db, bench)
     corp = find_corpus(db, *split_corpus_arg(corpus))
-    with progress(f"reading corpus {corp.name}", corp.row_count) as update:
-        docs = load_corpus_docs(db, corp, update)
-    cfg = LocalConfig("bm25", ENDPOINT_VERSION, {**params.identity(), **corpus_identity(docs), "k_max": K_MAX})
+    cfg = LocalConfig("bm25", ENDPOINT_VERSION, {**params.identity(), **corpus_identity(corp), "k_max": K_MAX})
     label = "bm25" if fields == "rendered" else f"bm25 ({fields})"
     row = ensure_local_config(db, cfg, label=label, licence=None)
     todo, total, done_before = pending_queries(db, benchmark.id, row.id, epoch, limit)
     summary = RunSummary(row.id, label, 0, done_before, total, params=cfg.params)
+    if not todo:
+        return summary  # nothing due: neither read the corpus nor build/load the index
+    with progress(f"reading corpus {corp.name}", corp.row_count) as update:
+        docs = load_corpus_docs(db, corp, update)
     with progress("indexing bm25 (tokenising rows)", len(docs)) as update:
         index = build_or_load(docs, params, progress=update)
     summary.index_seconds, summary.index_cached = index.seconds, not index.built
@@ -116,24 +119,17 @@ def run_dense(
 
     task = task or dense.LSV2_INSTRUCTION
     dense.format_query("", query_format, task)  # validate before any heavy work or any row
-    if dtype not in ("float32", "float16"):
-        from store.errors import InputError
-
-        raise InputError(f"--dtype {dtype!r}: expected float32 or float16")
+    dense.check_dtype(dtype)
     spec = dense.resolve_model(model, revision, licence)
     benchmark = find_benchmark(db, bench)
     corp = find_corpus(db, *split_corpus_arg(corpus))
-    with progress(f"reading corpus {corp.name}", corp.row_count) as update:
-        docs = load_corpus_docs(db, corp, update)
-    device = device or dense.pick_device()
-    st_model = dense.load_model(spec, device)
     params = {
         "model": spec.name, "model_id": spec.model_id, "model_revision": spec.revision, "dtype": dtype,
         "query_format": query_format,
         # The instruction text only matters when the format uses it.
         "task": task if query_format != "none" else None,
         "similarity": "cosine-exact", "k_max": K_MAX,
-        **dense.renderer_identity("rendered"), **corpus_identity(docs),
+        **dense.renderer_identity("rendered"), **corpus_identity(corp),
     }
     cfg = LocalConfig(f"dense:{spec.name}", ENDPOINT_VERSION, params)
     label = f"dense:{spec.name} ({query_format})"
@@ -141,7 +137,11 @@ def run_dense(
     todo, total, done_before = pending_queries(db, benchmark.id, row.id, epoch, limit)
     summary = RunSummary(row.id, label, 0, done_before, total, params=params)
     if not todo:
-        return summary  # nothing to answer: do not encode a corpus for nothing
+        return summary  # nothing due: neither read the corpus, load the model nor encode
+    with progress(f"reading corpus {corp.name}", corp.row_count) as update:
+        docs = load_corpus_docs(db, corp, update)
+    device = device or dense.pick_device()
+    st_model = dense.load_model(spec, device)
     with progress(f"encoding corpus with {spec.name}", len(docs)) as update:
         vecs = dense.encode_corpus(
             st_model, spec, docs, dtype=dtype, chunk_rows=chunk_rows or dense.DEFAULT_CHUNK_ROWS,
