@@ -11,15 +11,14 @@ that can be worked out by hand.
 
 from __future__ import annotations
 
-import gzip
 import heapq
-import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from store.corpus import iter_rows, parse_row
 from store.errors import InputError
 
 _WORD = re.compile(r"[^\W_]+")
@@ -47,52 +46,30 @@ class Row:
     name_parts: tuple[str, ...]
     module: str  # dotted, "" when unknown
     module_parts: tuple[str, ...]
-    data: dict[str, Any]  # the original row
+    data: dict[str, Any]  # the row's columns as store.corpus.parse_row reads them, plus unknown keys
 
     def get(self, key: str) -> Any:
         return self.data.get(key)
 
 
-def _parts(value: Any, *, field: str, where: str, required: bool) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return tuple(p for p in value.split(".") if p) if value else ()
-    if isinstance(value, list) and all(isinstance(p, str) for p in value):
-        return tuple(value)
-    if value is None and not required:
-        return ()
-    raise InputError(f"corpus {where}: `{field}` must be a list of strings or a dotted string, got {value!r:.60}")
-
-
 def load_rows(corpus: Iterable[dict[str, Any]] | str | Path) -> list[Row]:
-    """Rows from a list of dicts or a ``.jsonl`` / ``.jsonl.gz`` file (LeanSearch v2 schema)."""
+    """Rows from a list of dicts or a ``.jsonl`` / ``.jsonl.gz`` file (LeanSearch v2 schema),
+    parsed by the corpus loader's own :func:`store.corpus.iter_rows` / :func:`~store.corpus.parse_row`
+    (so the stand-ins accept exactly what ``engines corpus load`` accepts, with the same errors)."""
     if isinstance(corpus, (str, Path)):
         path = Path(corpus)
         if not path.is_file():
             raise InputError(f"stand-in corpus {path} does not exist; pass a .jsonl or .jsonl.gz file")
-        opener = gzip.open if path.name.endswith(".gz") else open
-        records = []
-        with opener(path, "rt", encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"stand-in corpus {path}:{lineno}: invalid JSON ({exc.msg}); fix or drop the line") from None
-        source = str(path)
+        parsed: Iterable[dict[str, Any]] = iter_rows(path, f"stand-in corpus {path}")
     else:
-        records = list(corpus)
-        source = "(list)"
+        parsed = (parse_row(rec, f"stand-in corpus row {i + 1}", i) for i, rec in enumerate(corpus))
     rows = []
-    for i, rec in enumerate(records):
-        where = f"{source} row {i + 1}"
-        if not isinstance(rec, dict):
-            raise InputError(f"corpus {where}: expected an object, got {type(rec).__name__}")
-        name_parts = _parts(rec.get("name"), field="name", where=where, required=True)
-        if not name_parts:
-            raise InputError(f"corpus {where}: empty `name`")
-        mod_parts = _parts(rec.get("module_name"), field="module_name", where=where, required=False)
-        rows.append(Row(i, ".".join(name_parts), name_parts, ".".join(mod_parts), mod_parts, rec))
+    for p in parsed:
+        # The row as the stand-ins' APIs read it: the loader's columns plus any unknown keys.
+        data = {**(p["extra"] or {}), **{k: v for k, v in p.items() if k not in ("row", "full_name", "extra")}}
+        module = p["module_name"] or ""
+        module_parts = tuple(m for m in module.split(".") if m)
+        rows.append(Row(p["row"], p["full_name"], tuple(p["name"]), ".".join(module_parts), module_parts, data))
     return rows
 
 
