@@ -16,14 +16,17 @@ Contract (the crawler relies on exactly this):
 - ``adapter.identity()`` → the result-changing parameters; ``config_hash(identity)``
   keys the cache, so changing any of them makes a new configuration.
 
-Also here: :func:`parse_rate` (``"3/30s"`` → :class:`Rate`), and the plumbing the remote
-adapters share (:class:`RemoteAdapter`, :func:`decode_json_body`, :func:`redact_headers`).
+Also here: :func:`parse_rate` (``"3/30s"`` → :class:`Rate`), the plumbing the remote
+adapters share (:class:`RemoteAdapter`, :func:`decode_json_body`), and the one place that
+decides what of a request may be archived or logged: :func:`redact_headers` and
+:func:`redact_url` (the crawler applies both to every archived exchange).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, runtime_checkable
 
@@ -62,8 +65,6 @@ def parse_rate(text: str) -> Rate:
 
     Raises :class:`store.errors.InputError` (one clear line) for anything else.
     """
-    import re
-
     from store.errors import InputError
 
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]*)\s*", str(text).lower())
@@ -136,13 +137,32 @@ class LocalConfig:
 
 # --- Shared plumbing for the remote adapters (engines/leansearch.py, leanexplore.py, ...) ---
 
-# Headers that may carry a secret: never archived, never logged.
-SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "cookie"})
+# Header and query-parameter names that may carry a secret: their values are never
+# archived or logged. A pattern, not a fixed list, so a new engine's "X-Auth-Token" or
+# "?apikey=" is covered without editing this file.
+_SECRET_NAME = re.compile(r"auth|key|token|secret|cookie|passw|session|signature", re.I)
+REDACTED = "[redacted]"
 
 
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The headers of a request as they may be archived: secret-bearing ones removed."""
-    return {k: v for k, v in dict(headers).items() if k.lower() not in SECRET_HEADERS}
+    """Headers as they may be archived: every secret-looking header kept, its value replaced."""
+    return {k: (REDACTED if _SECRET_NAME.search(k) else v) for k, v in dict(headers).items()}
+
+
+def redact_url(url: str) -> str:
+    """A URL as it may be archived: user:password@ removed, secret-looking query values replaced."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc and not parts.query:
+        return url
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+    if parts.query:
+        q = [(k, REDACTED if _SECRET_NAME.search(k) else v)
+             for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+        parts = parts._replace(query=urlencode(q))
+    return urlunsplit(parts)
 
 
 def _snippet(body: bytes, n: int = 160) -> str:

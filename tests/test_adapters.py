@@ -18,6 +18,7 @@ from engines.base import (
     config_hash,
     parse_rate,
     redact_headers,
+    redact_url,
 )
 from engines.registry import ENGINES, get_adapter
 from store.errors import InputError
@@ -306,7 +307,7 @@ def test_api_key_goes_only_to_leanexplore_and_is_never_archived(monkeypatch):
         "url": str(r.url), "headers": redact_headers(r.headers), "body": r.content.decode(),
     }
     assert secret not in json.dumps(archived, default=str)
-    assert "authorization" not in {k.lower() for k in archived["headers"]}
+    assert {k.lower(): v for k, v in archived["headers"].items()}["authorization"] == "[redacted]"
     # Never to another host: not to a stand-in, not to the other engines.
     assert "authorization" not in get_adapter("leanexplore", base_url="http://127.0.0.1:1/api/v2").build_request(["q"]).headers
     for name in ("leansearch", "leanfinder", "loogle"):
@@ -315,6 +316,18 @@ def test_api_key_goes_only_to_leanexplore_and_is_never_archived(monkeypatch):
     # Parsed hits carry only what the server sent.
     hits = a.parse(["q"], 200, JSON_CT, enc(LE_DOC))
     assert secret not in json.dumps([h.raw for h in hits[0]])
+
+
+def test_redaction_of_headers_and_urls() -> None:
+    h = redact_headers({"Authorization": "Bearer s3cret", "X-Api-Key": "k", "Cookie": "sid=1",
+                        "X-Auth-Token": "t", "User-Agent": "engines", "Accept": "application/json"})
+    assert h == {"Authorization": "[redacted]", "X-Api-Key": "[redacted]", "Cookie": "[redacted]",
+                 "X-Auth-Token": "[redacted]", "User-Agent": "engines", "Accept": "application/json"}
+    u = redact_url("https://h/x?q=a&api_key=s3cret&token=t2")
+    assert "s3cret" not in u and "t2" not in u and "q=a" in u and u.startswith("https://h/x?")
+    assert redact_url("https://bot:pa@ss-s3cret@h.example:8443/api/v2?q=1") == "https://h.example:8443/api/v2?q=1"
+    assert redact_url("http://only-user@127.0.0.1:9/x") == "http://127.0.0.1:9/x"
+    assert redact_url("https://h/x/y") == "https://h/x/y"
 
 
 @pytest.mark.parametrize("text,n,period", [("3/30s", 3, 30.0), ("20/2s", 20, 2.0), ("1/s", 1, 1.0),
