@@ -1,10 +1,14 @@
 """Fetch one batch of query texts from one engine: pace, send, archive, parse, retry.
 
 Order per attempt (PERFORMANCE-NOTES.md §6.3–6.4): the pacer is *inside* the retried
-function, so every retry is re-paced; the exchange (request as sent with secrets
-redacted, status, headers, raw body or the transport error) is committed before
-anything else looks at it; only then is the body parsed, and every parse writes a
-``parse_outcomes`` row. Parse errors never create an answer.
+function, so every retry is re-paced; after each grant ``before_send`` renews the
+leases and drops texts answered or claimed elsewhere meanwhile (nothing left: no
+send); when the request headers start to leave, the send log is corrected to that
+moment (before the response, so other workers' windows see it); the exchange
+(request as sent with secrets redacted by :func:`engines.base.redact_headers` /
+:func:`engines.base.redact_url`, status, headers, raw body or the transport error) is
+committed before anything else looks at it; only then is the body parsed, and every
+parse writes a ``parse_outcomes`` row. Parse errors never create an answer.
 
 Classification:
 
@@ -24,11 +28,9 @@ import asyncio
 import email.utils
 import hashlib
 import random
-import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any, Callable
 
 import httpx
 import sqlalchemy as sa
@@ -36,26 +38,10 @@ from sqlalchemy.exc import IntegrityError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
 from crawler.pacing import Pacer
-from engines.base import EngineHTTPError, EngineParseError
+from engines.base import EngineHTTPError, EngineParseError, redact_headers, redact_url
 from store.models import Exchange, ParseOutcome, WorkLease
 from store.types import utcnow
 from store.writes import HitRow, add_answer
-
-_SECRET = re.compile(r"auth|key|token|secret|cookie|passw|session|signature", re.I)
-REDACTED = "[redacted]"
-
-
-def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if _SECRET.search(k) else v) for k, v in headers.items()}
-
-
-def redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if not parts.query:
-        return url
-    q = [(k, REDACTED if _SECRET.search(k) else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
-    return urlunsplit(parts._replace(query=urlencode(q)))
-
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
     """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
@@ -97,10 +83,11 @@ class EngineBroken(Exception):
 
 @dataclass
 class FetchOutcome:
-    """What happened to one batch. ``answered``: sha → answer id; ``failed``: permanent errors."""
+    """What happened to one batch: shas ``answered`` now, shas ``skipped`` (not sent: answered
+    or claimed by another worker meanwhile), or a permanent / exhausted failure of the rest."""
 
-    texts: list[str]
     answered: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
     failed: str | None = None  # permanent failure message (not retried)
     exhausted: str | None = None  # retryable failure, attempts used up
     attempts: int = 0
@@ -140,6 +127,7 @@ class Fetcher:
         sleep: Callable[[float], Any] | None = None,
         on_event: Callable[[str], None] | None = None,
         seed: int | None = None,
+        before_send: Callable[[list[str]], list[str]] | None = None,
     ) -> None:
         self.db = db
         self.adapter = adapter
@@ -152,6 +140,11 @@ class Fetcher:
         self.sleep = sleep or pacer.clock.sleep
         self.on_event = on_event or (lambda _m: None)
         self.rng = random.Random(seed)
+        # Called (in a thread) after every pacer grant with the batch's shas; returns the
+        # shas still to send. The crawl run passes WorkQueue.keep_due: it renews the leases
+        # (a fetch with retries and Retry-After waits can outlive the lease TTL) and drops
+        # texts another worker answered or claimed meanwhile, so nothing is sent twice.
+        self.before_send = before_send
         self.consecutive_failures = 0
         self.attempts = 0
         self.exchanges = 0
@@ -161,7 +154,7 @@ class Fetcher:
     async def fetch(self, items: list[tuple[str, str]]) -> FetchOutcome:
         """Fetch (sha, text) items as one request; retries inside. Raises EngineBroken / DeadlineReached."""
         texts = [t for _, t in items]
-        outcome = FetchOutcome(texts=texts)
+        outcome = FetchOutcome()
         floor = self.pacer.rate.period / self.pacer.rate.n
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.policy.max_attempts) | stop_after_delay(self.policy.max_delay),
@@ -174,7 +167,10 @@ class Fetcher:
             async for attempt in retrying:
                 with attempt:
                     outcome.attempts = attempt.retry_state.attempt_number
-                    await self._attempt(items, outcome.attempts, outcome)
+                    if outcome.skipped:  # dropped by an earlier attempt's before_send
+                        items = [(sha, t) for sha, t in items if sha not in outcome.skipped]
+                        texts = [t for _, t in items]
+                    await self._attempt(items, texts, outcome.attempts, outcome)
         except Retryable as exc:
             outcome.exhausted = str(exc)
         return outcome
@@ -190,17 +186,42 @@ class Fetcher:
                 f"attempts (last: {message})"
             )
 
-    async def _attempt(self, items: list[tuple[str, str]], attempt: int, outcome: FetchOutcome) -> None:
-        texts = [t for _, t in items]
+    async def _attempt(
+        self, items: list[tuple[str, str]], texts: list[str], attempt: int, outcome: FetchOutcome
+    ) -> None:
         granted = await self.pacer.acquire()
+        if self.before_send is not None:
+            keep = set(await asyncio.to_thread(self.before_send, [sha for sha, _ in items]))
+            if len(keep) < len(items):
+                dropped = [sha for sha, _ in items if sha not in keep]
+                outcome.skipped.extend(dropped)
+                self.on_event(f"{self.adapter.engine}: {len(dropped)} text(s) answered or claimed by "
+                              "another worker meanwhile; not sent")
+                items = [(sha, t) for sha, t in items if sha in keep]
+                texts = [t for _, t in items]
+        if not items:
+            return  # the granted slot goes unused: the log over-counts, never under
         request = self.adapter.build_request(texts)
         body_out = request.content if request.content else None
         left: list[float] = []
+        correcting: list[asyncio.Task] = []
 
         async def trace(name: str, info: Any) -> None:
             # The moment the request starts to leave (after any connect): the send time.
+            # Correct the shared send log now, not after the response: other workers compute
+            # their windows from it meanwhile, and a response can take seconds. A task, so the
+            # database write does not hold the request back (which would make it later still).
             if name.endswith("send_request_headers.started") and not left:
                 left.append(time.time())
+                correcting.append(asyncio.create_task(asyncio.to_thread(self.pacer.correct, granted, left[0])))
+
+        async def corrected() -> None:
+            if correcting:
+                await correcting[0]
+            else:
+                # Fallback when the event never fired (a transport without trace hooks):
+                # the request left no earlier than the call to send.
+                await asyncio.to_thread(self.pacer.correct, granted, sent_wall)
 
         request.extensions["trace"] = trace
         sent_wall = time.time()
@@ -210,8 +231,7 @@ class Fetcher:
             response = await self.client.send(request)
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             elapsed = (time.perf_counter() - t0) * 1000
-            if left:
-                await asyncio.to_thread(self.pacer.correct, granted, left[0])
+            await corrected()
             err = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
             await asyncio.to_thread(self._archive, request, body_out, texts, attempt, sent_wall, elapsed,
                                     transport_error=err)
@@ -219,8 +239,7 @@ class Fetcher:
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {err}")
             raise Retryable(err) from None
         elapsed = (time.perf_counter() - t0) * 1000
-        if left:
-            await asyncio.to_thread(self.pacer.correct, granted, left[0])
+        await corrected()
         status = response.status_code
         headers = dict(response.headers)
         body = response.content

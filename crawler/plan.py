@@ -198,6 +198,34 @@ class WorkQueue:
         for sha in shas:
             self.held[sha] = until
 
+    def keep_due(self, shas: list[str]) -> list[str]:
+        """Right before a send: renew this worker's leases on ``shas``; return those still to send.
+
+        A fetch can outlive its lease (retries, a Retry-After pause, pacing waits), and
+        then another worker may claim the text and answer it. Dropped here: texts already
+        answered in this configuration × epoch (the check ``claim`` makes) and texts a
+        live lease of another worker now holds (it will send them).
+        """
+        if not shas:
+            return []
+        self.renew(shas)
+        now = self.clock()
+        with self.db.session() as s:
+            answered = set(s.execute(
+                sa.select(Answer.query_sha256).where(
+                    Answer.config_id == self.config_id, Answer.epoch == self.epoch, Answer.query_sha256.in_(shas))
+            ).scalars())
+            taken = set(s.execute(
+                sa.select(WorkLease.query_sha256).where(
+                    *self._key(), WorkLease.query_sha256.in_(shas), WorkLease.worker != self.worker,
+                    WorkLease.leased_until >= now)
+            ).scalars())
+        keep = [sha for sha in shas if sha not in answered and sha not in taken]
+        for sha in shas:
+            if sha not in keep:
+                self.held.pop(sha, None)
+        return keep
+
     def done(self, shas: list[str]) -> None:
         """Answered (the rows were deleted in the answer's transaction)."""
         for sha in shas:

@@ -324,7 +324,7 @@ async def _crawl_engine(
     db, eng: _Engine, fetcher: Fetcher, opts: CrawlOptions, reporter: Reporter, stop_at: float | None
 ) -> None:
     res = eng.result
-    batch = max(1, int(getattr(eng.adapter, "batch_size", 1)))
+    batch = eng.adapter.batch_size
     interval = fetcher.pacer.interval
     counted_at = time.monotonic()
     try:
@@ -344,18 +344,19 @@ async def _crawl_engine(
                     await asyncio.sleep(min(5.0, max(0.2, interval)))
                     continue
                 break
-            await asyncio.to_thread(eng.queue.renew, [sha for sha, _ in items])
-            res.sent_texts += len(items)
+            # Leases are renewed by the fetcher after every pacer grant (WorkQueue.keep_due).
             outcome = await fetcher.fetch(items)
+            sent = [sha for sha, _ in items if sha not in outcome.skipped]
+            res.sent_texts += len(sent)
             if outcome.answered:
                 eng.queue.done(outcome.answered)
                 res.answered_now += len(outcome.answered)
             if outcome.failed:
-                await asyncio.to_thread(eng.queue.fail, [sha for sha, _ in items], outcome.failed)
-                res.failed_now += len(items)
+                await asyncio.to_thread(eng.queue.fail, sent, outcome.failed)
+                res.failed_now += len(sent)
             if outcome.exhausted:
-                res.exhausted += len(items)
-                reporter.log(f"{eng.name}: gave up on {len(items)} text(s) for this run after "
+                res.exhausted += len(sent)
+                reporter.log(f"{eng.name}: gave up on {len(sent)} text(s) for this run after "
                              f"{outcome.attempts} attempts ({outcome.exhausted}); they stay due")
             # Counts from the database every few seconds only: counting is O(texts) and
             # would block the event loop (and so delay the other engines' send slots).
@@ -363,7 +364,7 @@ async def _crawl_engine(
                 res.counts, counted_at = await asyncio.to_thread(eng.queue.counts), time.monotonic()
             else:
                 c = res.counts
-                n_failed = len(items) if outcome.failed else 0
+                n_failed = len(sent) if outcome.failed else 0
                 res.counts = Counts(c.total, c.answered + len(outcome.answered), c.failed + n_failed)
             reporter.update(eng.name, res.counts, interval, batch)
     except EngineBroken as exc:
@@ -419,12 +420,11 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
                     pacers[eng.adapter.host] = pacer
                 fetchers.append((eng, Fetcher(db, eng.adapter, client, pacer, config_id=eng.config_id,
                                               epoch=eng.epoch, crawl_id=crawl_id, policy=opts.policy,
-                                              on_event=reporter.log)))
+                                              on_event=reporter.log, before_send=eng.queue.keep_due)))
             for eng, fetcher in fetchers:
                 fetcher.pacer = pacers[eng.adapter.host]
                 eng.result.counts = eng.queue.counts()
-                reporter.start(eng.name, eng.result.counts, fetcher.pacer.interval,
-                               max(1, int(getattr(eng.adapter, "batch_size", 1))))
+                reporter.start(eng.name, eng.result.counts, fetcher.pacer.interval, eng.adapter.batch_size)
                 if eng.result.recovered:
                     reporter.log(f"{eng.name}: recovered {eng.result.recovered} answer(s) from archived "
                                  "responses of an interrupted run")

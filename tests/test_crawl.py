@@ -7,6 +7,7 @@ files and the real PostgreSQL server (``pg_url``).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -21,9 +22,11 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from benchmarks import SLICE_CORPUS, shipped_path
-from crawler.fetch import RetryPolicy, parse_retry_after, redact_headers, redact_url
-from crawler.pacing import max_in_window
-from crawler.run import CrawlOptions, Reporter, run_crawl
+import httpx
+
+from crawler.fetch import Fetcher, RetryPolicy, parse_retry_after
+from crawler.pacing import DbLedger, MemoryLedger, Pacer, max_in_window
+from crawler.run import CrawlOptions, Reporter, _resolve_engines, run_crawl
 from engines.base import Rate
 from engines.cli import app
 from engines.emulate import FaultConfig, StandIn
@@ -113,7 +116,7 @@ def assert_server_window(srv: StandIn, rate: Rate) -> None:
 # --------------------------------------------------------------------- helpers
 
 
-def test_retry_after_forms_and_redaction() -> None:
+def test_retry_after_forms() -> None:
     now = 1_000_000.0
     assert parse_retry_after("5", now) == 5.0
     assert parse_retry_after(" 2.5 ", now) == 2.5
@@ -121,10 +124,6 @@ def test_retry_after_forms_and_redaction() -> None:
     assert parse_retry_after(http_date, now) == pytest.approx(10.0)
     assert parse_retry_after("Mon, 01 Jan 1970 00:00:00 GMT", now) == 0.0
     assert parse_retry_after("soon", now) is None and parse_retry_after(None, now) is None
-    h = redact_headers({"Authorization": "Bearer s3cret", "X-Api-Key": "k", "User-Agent": "engines"})
-    assert h == {"Authorization": "[redacted]", "X-Api-Key": "[redacted]", "User-Agent": "engines"}
-    assert "s3cret" not in redact_url("https://h/x?q=a&api_key=s3cret")
-    assert "q=a" in redact_url("https://h/x?q=a&api_key=s3cret")
 
 
 # ----------------------------------------------------------------- happy path
@@ -419,3 +418,141 @@ def test_archived_but_unparsed_response_is_recovered_without_network(mpr_url: st
         finally:
             db.dispose()
         assert table_count(mpr_url, Answer) == 4  # 3 - 1 lost + 1 recovered + 1 new
+
+
+# ------------------------------------------- leases, send-time correction, redaction
+
+
+def _engine(url: str, srv: StandIn, worker: str, lease_ttl: float):
+    """The crawl run's own per-engine setup (adapter, config, epoch, seeded lease queue)."""
+    db = open_database(url)
+    opts = CrawlOptions(engines=["leanexplore"], bench="mathlibmpr", urls={"leanexplore": srv.url},
+                        lease_ttl=lease_ttl)
+    eng = _resolve_engines(db, opts, worker)[0]
+    eng.queue.seed()
+    return db, eng
+
+
+def _fetcher(db, eng, client, pacer, **kw) -> Fetcher:
+    return Fetcher(db, eng.adapter, client, pacer, config_id=eng.config_id, epoch=eng.epoch, crawl_id=None,
+                   policy=RetryPolicy(backoff_initial=0.02, backoff_max=0.2), **kw)
+
+
+async def test_lease_renewed_after_pacer_wait_and_answered_text_not_resent(pg_url: str, rows) -> None:
+    """A fetch that outlives its lease (here: a pacer wait longer than the TTL) renews it
+    before sending, so a second PostgreSQL worker cannot claim the text; and a text the
+    other worker answered meanwhile is dropped before the send, not sent twice."""
+    _load_mpr(pg_url)
+    ttl = 1.0
+    with StandIn("leanexplore", rows).in_thread() as srv:
+        db_a, a = _engine(pg_url, srv, "worker-a", ttl)
+        db_b, b = _engine(pg_url, srv, "worker-b", ttl)
+        try:
+            async with httpx.AsyncClient(trust_env=False) as client:
+                # 1. The pacer makes A wait 1.3 s (> TTL) for its slot: the lease expires meanwhile.
+                host = a.adapter.host
+                pacer = Pacer(host, Rate(1, 1.3), MemoryLedger({host: [time.time()]}), margin=0.0)
+                seen_by_b: list[list] = []
+
+                def keep_then_b_claims(shas: list[str]) -> list[str]:
+                    keep = a.queue.keep_due(shas)
+                    seen_by_b.append(b.queue.claim(5))  # B competes right after A's grant
+                    return keep
+
+                items = a.queue.claim(1)
+                assert len(items) == 1
+                sha = items[0][0]
+                t0 = time.time()
+                out = await _fetcher(db_a, a, client, pacer, before_send=keep_then_b_claims).fetch(items)
+                assert time.time() - t0 >= ttl  # the wait really outlived the lease
+                assert out.answered == [sha] and out.skipped == []
+                assert len(seen_by_b) == 1 and seen_by_b[0]
+                assert sha not in [s for s, _ in seen_by_b[0]]  # renewed: B got other texts
+
+                # 2. A claims a text, its lease lapses, B claims and answers it; A's fetch sends nothing.
+                b.queue.release()
+                items = a.queue.claim(1)
+                sha2 = items[0][0]
+                await asyncio.sleep(ttl + 0.1)
+                taken = b.queue.claim(1)
+                assert [s for s, _ in taken] == [sha2]
+                fast = Pacer(host, Rate(100, 1.0), MemoryLedger(), margin=0.0)
+                out_b = await _fetcher(db_b, b, client, fast).fetch(taken)
+                assert out_b.answered == [sha2]
+                before = srv.stats.requests
+                out_a = await _fetcher(db_a, a, client, fast, before_send=a.queue.keep_due).fetch(items)
+                assert out_a.skipped == [sha2] and out_a.answered == []
+                assert srv.stats.requests == before  # nothing left to send: no request
+            with db_a.session() as s:
+                n_answers = s.scalar(sa.select(sa.func.count()).select_from(Answer)
+                                     .where(Answer.query_sha256 == sha2))
+                sent = [t for (t,) in s.execute(sa.select(Exchange.query_texts)).all()]
+            assert n_answers == 1
+            assert sum(items[0][1] in t for t in sent) == 1  # sent once, by B
+        finally:
+            db_a.dispose()
+            db_b.dispose()
+
+
+class _LateClock:
+    """Grants 50 ms in the past, so every send leaves measurably after its recorded grant."""
+
+    def now(self) -> float:
+        return time.time() - 0.05
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _TimedLedger(DbLedger):
+    def __init__(self, db) -> None:
+        super().__init__(db)
+        self.corrected_at: list[float] = []
+
+    def correct(self, host: str, recorded: float, actual: float) -> None:
+        super().correct(host, recorded, actual)
+        self.corrected_at.append(time.time())
+
+
+async def test_send_time_correction_lands_before_the_response(mpr_url: str, rows) -> None:
+    """Other workers read send_log while a request is in flight: the departure time must be
+    in the shared log before the (here 0.4 s slow) response arrives, not after it."""
+    with StandIn("leanexplore", rows, faults=FaultConfig(latency=0.4)).in_thread() as srv:
+        db, eng = _engine(mpr_url, srv, "worker-a", 900.0)
+        try:
+            ledger = _TimedLedger(db)
+            pacer = Pacer(eng.adapter.host, Rate(100, 1.0), ledger, margin=0.0, clock=_LateClock())
+            responses: list[float] = []
+
+            async def on_response(_r: httpx.Response) -> None:
+                responses.append(time.time())
+
+            async with httpx.AsyncClient(trust_env=False, event_hooks={"response": [on_response]}) as client:
+                items = eng.queue.claim(1)
+                out = await _fetcher(db, eng, client, pacer).fetch(items)
+            assert out.answered == [items[0][0]]
+            assert len(ledger.corrected_at) == 1 and len(responses) == 1
+            assert ledger.corrected_at[0] < responses[0]
+            [logged] = ledger.history(eng.adapter.host, 0.0)
+            with db.session() as s:
+                sent_at = s.scalar(sa.select(Exchange.sent_at)).timestamp()
+            assert logged >= sent_at  # the departure, not the grant (50 ms before it)
+        finally:
+            db.dispose()
+
+
+def test_userinfo_and_secret_query_values_never_archived(mpr_url: str, rows) -> None:
+    with StandIn("leanexplore", rows, rate=RATE).in_thread() as srv:
+        url = srv.url.replace("http://", "http://crawler:pw-s3cret@")
+        db = open_database(mpr_url)
+        try:
+            opts = CrawlOptions(engines=["leanexplore"], bench="mathlibmpr", rates={"*": RATE},
+                                urls={"leanexplore": url}, limit=1, margin=MARGIN_S)
+            summary = run_crawl(db, opts, Quiet())
+            assert summary.results[0].answered_now == 1
+            with db.session() as s:
+                [(archived, headers)] = s.execute(sa.select(Exchange.url, Exchange.request_headers)).all()
+        finally:
+            db.dispose()
+    assert archived.startswith(srv.root_url) and "s3cret" not in archived and "crawler" not in archived
+    assert "s3cret" not in json.dumps(headers)
