@@ -32,9 +32,10 @@ from scoring.metrics import K_MAX, QueryMatrix, per_query_curves, reciprocal_ran
 from scoring.positions import QueryRec, UnitRec, ensure_positions, load_queries, read_positions, resolvable_units
 from scoring.resolve import NOT_IN_CORPUS, RESOLVED, _chunks, names_in_corpus, resolution_counts, resolve_hits
 from store.benchmarks import find_benchmark
+from store.corpus import pick_corpus
 from store.db import Database
 from store.errors import InputError
-from store.models import Answer, Corpus, EngineConfig, Subset, SubsetMember
+from store.models import Answer, EngineConfig, Subset, SubsetMember
 
 SCHEMA = "engines.score/1"
 PROFILES = ("main",) + MAMUT_PROFILES
@@ -179,25 +180,6 @@ def write_json(result: ScoreResult, path: str | Path) -> Path:
 
 
 # --------------------------------------------------------------------- selection
-
-
-def pick_corpus(session: sa.orm.Session, spec: str | None) -> Corpus:
-    """``name`` or ``name@revision``; with none given, the only loaded corpus."""
-    rows = list(session.execute(sa.select(Corpus).order_by(Corpus.id)).scalars())
-    listing = ", ".join(f"{c.name}@{c.revision}" for c in rows) or "none"
-    if spec is None:
-        if len(rows) == 1:
-            return rows[0]
-        if not rows:
-            raise InputError("no corpus is loaded; load one with `engines corpus load SRC --name NAME`")
-        raise InputError(f"several corpora are loaded ({listing}); choose one with --corpus NAME[@REVISION]")
-    name, _, rev = spec.partition("@")
-    found = [c for c in rows if c.name == name and (not rev or c.revision == rev)]
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise InputError(f"no corpus {spec!r} in the database (loaded: {listing})")
-    raise InputError(f"corpus {spec!r} has several revisions ({listing}); name one as NAME@REVISION")
 
 
 def read_name_list(path: Path) -> set[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from store.db import Database
 from store.errors import InputError
@@ -305,19 +306,26 @@ def load_corpus(
     return LoadResult(corpus_id, name, revision, digest, n, True, meta)
 
 
-def find_corpus(db: Database, name: str | None = None, revision: str | None = None) -> Corpus:
-    """The corpus to use: by name (and revision), or the only one loaded."""
-    with db.session() as s:
-        q = sa.select(Corpus)
-        if name:
-            q = q.where(Corpus.name == name)
-        if revision:
-            q = q.where(Corpus.revision == revision)
-        found = list(s.execute(q.order_by(Corpus.id)).scalars())
+def pick_corpus(session: Session, spec: str | None) -> Corpus:
+    """The corpus named ``NAME`` or ``NAME@REVISION``; with none given, the only loaded one."""
+    rows = list(session.execute(sa.select(Corpus).order_by(Corpus.id)).scalars())
+    listing = ", ".join(f"{c.name}@{c.revision}" for c in rows) or "none"
+    if spec is None:
+        if len(rows) == 1:
+            return rows[0]
+        if not rows:
+            raise InputError("no corpus is loaded; load one with `engines corpus load SRC --name NAME`")
+        raise InputError(f"several corpora are loaded ({listing}); choose one with --corpus NAME[@REVISION]")
+    name, _, rev = spec.partition("@")
+    found = [c for c in rows if c.name == name and (not rev or c.revision == rev)]
+    if len(found) == 1:
+        return found[0]
     if not found:
-        what = f"no corpus {name!r}" if name else "no corpus"
-        raise InputError(f"{what} in the database; load one with `engines corpus load SRC --name N`")
-    if len(found) > 1:
-        listed = ", ".join(f"{c.name}@{c.revision}" for c in found)
-        raise InputError(f"several corpora match ({listed}); choose one with --corpus NAME[@REVISION]")
-    return found[0]
+        raise InputError(f"no corpus {spec!r} in the database (loaded: {listing})")
+    raise InputError(f"corpus {spec!r} has several revisions ({listing}); name one as NAME@REVISION")
+
+
+def find_corpus(db: Database, spec: str | None = None) -> Corpus:
+    """:func:`pick_corpus` in a session of its own."""
+    with db.session() as s:
+        return pick_corpus(s, spec)

@@ -289,10 +289,3 @@ def test_run_bm25_bad_input_is_one_line(sqlite_url: str, write_jsonl, tmp_path: 
         assert res.exit_code == 1 and needle in res.output, res.output
         assert "Traceback" not in res.output
 
-
-def test_corpus_argument_takes_an_optional_revision() -> None:
-    from engines.local.runner import split_corpus_arg
-
-    assert split_corpus_arg("mathlib-4280@c5f07cc71d42") == ("mathlib-4280", "c5f07cc71d42")
-    assert split_corpus_arg("mini") == ("mini", None)
-    assert split_corpus_arg(None) == (None, None)

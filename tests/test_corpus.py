@@ -160,3 +160,21 @@ def test_hf_source_through_huggingface_hub_offline(tmp_path, write_jsonl) -> Non
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
     assert bad.stderr.startswith("error: hf://FrenzyMath/lsv2-test@deadbeef") and "Traceback" not in bad.stderr
+
+
+def test_find_corpus_by_name_and_revision(db, write_jsonl) -> None:
+    from store.corpus import find_corpus
+
+    with pytest.raises(InputError, match="no corpus is loaded"):
+        find_corpus(db)
+    path = write_jsonl(ROWS)
+    load_corpus(db, str(path), name="c", revision="r1")
+    assert find_corpus(db).revision == "r1"  # the only one
+    load_corpus(db, str(write_jsonl(ROWS[:2], "b.jsonl")), name="c", revision="r2")
+    with pytest.raises(InputError, match="several corpora are loaded"):
+        find_corpus(db)
+    with pytest.raises(InputError, match="has several revisions"):
+        find_corpus(db, "c")
+    assert find_corpus(db, "c@r2").row_count == 2
+    with pytest.raises(InputError, match=r"no corpus 'c@r3' in the database \(loaded: c@r1, c@r2\)"):
+        find_corpus(db, "c@r3")

@@ -388,6 +388,8 @@ def _crawl_standins(db: Any, bench: str, result: DemoResult, say: Callable[[str]
 
 
 def _local_note(summary: Any) -> str:
+    if summary.nothing_due:
+        return f"{summary.label}: nothing due, {summary.skipped} query texts already in the database"
     index = "index cached" if summary.index_cached else f"index built in {summary.index_seconds:.1f}s"
     return (
         f"{summary.label}: {summary.answered} query texts answered"

@@ -17,7 +17,7 @@ run_app = typer.Typer(help="Run local engines (BM25, dense embedding models) ove
 
 
 def _report(s) -> None:  # noqa: ANN001
-    if not s.answered and not s.index_seconds:
+    if s.nothing_due:
         info(f"{s.label}: config {s.config_id}; nothing to do, {s.skipped} of {s.total} distinct queries already answered")
         return
     cached = "cached" if s.index_cached else "built"

@@ -39,18 +39,16 @@ class RunSummary:
     search_seconds: float = 0.0
     params: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def nothing_due(self) -> bool:
+        """Every query text was already answered: no corpus, index or model was loaded."""
+        return not self.answered and not self.index_seconds
+
 
 def _no_progress(_desc: str, _total: int | None = None):
     from contextlib import nullcontext
 
     return nullcontext(lambda _done: None)
-
-
-def split_corpus_arg(corpus: str | None) -> tuple[str | None, str | None]:
-    if corpus and "@" in corpus:
-        name, rev = corpus.split("@", 1)
-        return name, rev
-    return corpus, None
 
 
 def run_bm25(
@@ -73,7 +71,7 @@ def run_bm25(
     params = BM25Params(k1=DEFAULT_K1 if k1 is None else k1, b=DEFAULT_B if b is None else b,
                         method=method or DEFAULT_METHOD, fields=fields)
     benchmark = find_benchmark(db, bench)
-    corp = find_corpus(db, *split_corpus_arg(corpus))
+    corp = find_corpus(db, corpus)
     cfg = LocalConfig("bm25", ENDPOINT_VERSION, {**params.identity(), **corpus_identity(corp), "k_max": K_MAX})
     label = "bm25" if fields == "rendered" else f"bm25 ({fields})"
     row = ensure_local_config(db, cfg, label=label, licence=None)
@@ -122,7 +120,7 @@ def run_dense(
     dense.check_dtype(dtype)
     spec = dense.resolve_model(model, revision, licence)
     benchmark = find_benchmark(db, bench)
-    corp = find_corpus(db, *split_corpus_arg(corpus))
+    corp = find_corpus(db, corpus)
     params = {
         "model": spec.name, "model_id": spec.model_id, "model_revision": spec.revision, "dtype": dtype,
         "query_format": query_format,
