@@ -252,9 +252,10 @@ class RemoteAdapter:
             "num_results": self.num_results,
             **self.params,
         }
-        # A stand-in or mirror must never share cache rows with the public service.
+        # A stand-in or mirror must never share cache rows with the public service. The
+        # identity is stored and shown (params, label): credentials in the URL stay out.
         if self.base_url != self.DEFAULT_URL.rstrip("/"):
-            ident["base_url"] = self.base_url
+            ident["base_url"] = redact_url(self.base_url)
         return ident
 
     def _headers(self, *, json_body: bool = False) -> dict[str, str]:

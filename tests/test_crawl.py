@@ -32,7 +32,7 @@ from engines.cli import app
 from engines.emulate import FaultConfig, StandIn
 from store.benchmarks import load_benchmark_file
 from store.db import open_database
-from store.models import Answer, Exchange, ParseOutcome, SendLog, WorkLease
+from store.models import Answer, EngineConfig, Exchange, ParseOutcome, SendLog, WorkLease
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = Rate(10, 0.5)  # scaled: 20 requests/s, windows of 0.5 s
@@ -552,7 +552,10 @@ def test_userinfo_and_secret_query_values_never_archived(mpr_url: str, rows) -> 
             assert summary.results[0].answered_now == 1
             with db.session() as s:
                 [(archived, headers)] = s.execute(sa.select(Exchange.url, Exchange.request_headers)).all()
+                [(params, label)] = s.execute(sa.select(EngineConfig.params, EngineConfig.label)).all()
         finally:
             db.dispose()
     assert archived.startswith(srv.root_url) and "s3cret" not in archived and "crawler" not in archived
     assert "s3cret" not in json.dumps(headers)
+    # The configuration (stored params, label shown in tables and reports) has no credentials either.
+    assert params["base_url"] == srv.url and "s3cret" not in label
