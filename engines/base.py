@@ -198,6 +198,14 @@ def decode_json_body(engine: str, status_code: int, headers: Mapping[str, str], 
         raise EngineParseError(f"{engine}: {kind} JSON at char {exc.pos}: {exc.msg}") from None
 
 
+def decode_json_object(engine: str, status_code: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    """:func:`decode_json_body` for APIs whose answer is a JSON object."""
+    data = decode_json_body(engine, status_code, headers, body)
+    if not isinstance(data, dict):
+        raise EngineParseError(f"{engine}: top level is {type(data).__name__}, expected an object")
+    return data
+
+
 class RemoteAdapter:
     """Common constructor, identity, host and request headers of the remote adapters.
 

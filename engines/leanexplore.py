@@ -29,7 +29,7 @@ from engines.base import (
     ParsedHit,
     Rate,
     RemoteAdapter,
-    decode_json_body,
+    decode_json_object,
 )
 
 API_KEY_ENV = "ENGINES_LEANEXPLORE_API_KEY"
@@ -65,9 +65,7 @@ class LeanExploreAdapter(RemoteAdapter):
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
     ) -> list[list[ParsedHit]]:
-        data = decode_json_body(self.engine, status_code, headers, body)
-        if not isinstance(data, dict):
-            raise EngineParseError(f"leanexplore: top level is {type(data).__name__}, expected an object")
+        data = decode_json_object(self.engine, status_code, headers, body)
         if "msg" in data and "results" not in data:
             raise EngineHTTPError(f"leanexplore: error in body: {data['msg']!r:.200}")
         results = data.get("results")

@@ -39,7 +39,7 @@ from engines.base import (
     ParsedHit,
     Rate,
     RemoteAdapter,
-    decode_json_body,
+    decode_json_object,
 )
 from store.errors import InputError
 
@@ -83,9 +83,7 @@ class LeanFinderAdapter(RemoteAdapter):
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
     ) -> list[list[ParsedHit]]:
-        data = decode_json_body(self.engine, status_code, headers, body)
-        if not isinstance(data, dict):
-            raise EngineParseError(f"leanfinder: top level is {type(data).__name__}, expected an object")
+        data = decode_json_object(self.engine, status_code, headers, body)
         if "error" in data:
             raise EngineHTTPError(f"leanfinder: error in body: {data['error']!r:.200}")
         results = data.get("results")

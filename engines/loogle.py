@@ -24,7 +24,7 @@ from engines.base import (
     ParsedHit,
     Rate,
     RemoteAdapter,
-    decode_json_body,
+    decode_json_object,
 )
 
 MAX_HITS = 200  # server default --max-results
@@ -49,9 +49,7 @@ class LoogleAdapter(RemoteAdapter):
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
     ) -> list[list[ParsedHit]]:
-        data = decode_json_body(self.engine, status_code, headers, body)
-        if not isinstance(data, dict):
-            raise EngineParseError(f"loogle: top level is {type(data).__name__}, expected an object")
+        data = decode_json_object(self.engine, status_code, headers, body)
         if "error" in data:
             raise EngineHTTPError(f"loogle: query error: {data['error']!r:.300}")
         hits_in = data.get("hits")
