@@ -88,12 +88,42 @@ class EngineDefaults:
     num_results: int = 50  # results requested per query
 
 
+class HitList(list):
+    """One query's parsed hits (a ``list[ParsedHit]``) plus what a tolerant parse dropped.
+
+    When the envelope is valid but an item is not (an empty name list, a null item, no
+    Lean name), the item is dropped: ``dropped`` counts it, ``drop_reason`` keeps the
+    first reason, and every surviving hit keeps its *as-returned* rank (the dropped
+    rank stays empty, so no later hit moves up). A plain list means nothing dropped.
+    """
+
+    def __init__(self, hits=(), *, dropped: int = 0, drop_reason: str | None = None) -> None:
+        super().__init__(hits)
+        self.dropped = dropped
+        self.drop_reason = drop_reason
+
+    def drop(self, reason: str) -> None:
+        self.dropped += 1
+        if self.drop_reason is None:
+            self.drop_reason = reason
+
+
 class EngineParseError(Exception):
     """The body is not a well-formed answer (wrong type, missing field, HTML, truncated)."""
 
 
 class EngineHTTPError(Exception):
     """The engine reported an error inside an otherwise successful HTTP response."""
+
+
+class EngineOutage(Exception):
+    """The service is down, not refusing this query: a maintenance page (HTML or JSON on
+    405/502/503/504 to the correct method), a backend that is restarting (Loogle's
+    ``{"error": "... Restarting ..."}`` with status 200). Transient: the crawler pauses
+    the host with growing backoff and retries; the text is never counted as failed."""
+
+
+OUTAGE_STATUSES = (405, 502, 503, 504)
 
 
 @runtime_checkable
@@ -265,6 +295,17 @@ class RemoteAdapter:
         if self.base_url != self.DEFAULT_URL.rstrip("/"):
             ident["base_url"] = redact_url(self.base_url)
         return ident
+
+    def outage_reason(self, status_code: int, headers: Mapping[str, str], body: bytes) -> str | None:
+        """Why this response means the service is down (an outage), or None.
+
+        The fetcher asks this first, for every response. Default: 405/502/503/504 (our
+        requests always use the correct method, so a 405 is a maintenance page, as
+        LeanSearch served from 2025-05-31 to 2025-06-02). Adapters add in-band signs.
+        """
+        if status_code in OUTAGE_STATUSES:
+            return f"HTTP {status_code}: {_snippet(body, 100)}"
+        return None
 
     def _headers(self, *, json_body: bool = False) -> dict[str, str]:
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}

@@ -8,6 +8,7 @@ Tables, in data-flow order (DESIGN.md):
   one row per query (``qid`` = ``<target id>_<style field>``), gold units as sets of names.
 - ``subsets`` / ``subset_members``: named lists (gold names or target ids), e.g. shared171.
 - ``engine_configs``: engine + endpoint version + result-changing parameters, hashed.
+- ``epochs``: label and start of each crawl epoch of a configuration (drift studies).
 - ``crawls``: one row per crawler process run.
 - ``exchanges``: the append-only archive of every HTTP attempt (never updated or deleted).
 - ``parse_outcomes``: every parse of an exchange (ok or the parse error), by parser version.
@@ -37,6 +38,8 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy import false as sa_false
+from sqlalchemy import text as sa_text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from store.types import JSONType, UTCDateTime, utcnow
@@ -206,6 +209,18 @@ class EngineConfig(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
+class Epoch(Base):
+    """A crawl epoch of one configuration: a label (``--epoch-label``) and when it began."""
+
+    __tablename__ = "epochs"
+
+    config_id: Mapped[int] = mapped_column(ForeignKey("engine_configs.id"), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    label: Mapped[str | None] = mapped_column(String(200), default=None)  # default: date of the first send
+    started_at: Mapped[dt.datetime | None] = mapped_column(default=None)  # the first send of the epoch
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
 class Crawl(Base):
     __tablename__ = "crawls"
 
@@ -248,6 +263,9 @@ class Exchange(Base):
 
 
 class ParseOutcome(Base):
+    """One parse of one exchange. The newest row per exchange is the one in force
+    (``engines reparse`` adds rows under a newer parser version; older rows stay)."""
+
     __tablename__ = "parse_outcomes"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -255,14 +273,29 @@ class ParseOutcome(Base):
     parser_version: Mapped[int] = mapped_column(Integer)
     ok: Mapped[bool] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text, default=None)
+    # Items dropped by a tolerant parse (valid envelope, bad item), over the whole
+    # batch, and the first reason; survivors keep their as-returned ranks.
+    dropped_items: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    drop_reason: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
 class Answer(Base):
-    """One configuration's ranked list for one query text in one epoch."""
+    """One configuration's ranked list for one query text in one epoch.
+
+    At most one *current* answer per (configuration, text, epoch): a partial unique
+    index over the rows with ``superseded`` false. ``engines reparse`` marks the old
+    answer superseded and adds the new parser version's answer; scoring and the views
+    read current answers only.
+    """
 
     __tablename__ = "answers"
-    __table_args__ = (UniqueConstraint("config_id", "query_sha256", "epoch"),)
+    __table_args__ = (
+        Index(
+            "uq_answers_current", "config_id", "query_sha256", "epoch", unique=True,
+            sqlite_where=sa_text("superseded = 0"), postgresql_where=sa_text("NOT superseded"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     config_id: Mapped[int] = mapped_column(ForeignKey("engine_configs.id"))
@@ -275,6 +308,8 @@ class Answer(Base):
     n_returned: Mapped[int] = mapped_column(Integer, default=0)
     latency_ms: Mapped[float | None] = mapped_column(Float, default=None)
     meta: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    superseded: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
+    dropped_items: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # see ParseOutcome
 
     hits: Mapped[list[Hit]] = relationship(
         back_populates="answer", cascade="all, delete-orphan", order_by="Hit.rank"
@@ -331,11 +366,18 @@ class SendLog(Base):
 
 
 class HostState(Base):
+    """Per host: a pause (429 / Retry-After / outage) every worker and the next run honour."""
+
     __tablename__ = "host_state"
 
     host: Mapped[str] = mapped_column(String(255), primary_key=True)
     paused_until: Mapped[float | None] = mapped_column(Float, default=None)  # unix seconds
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # An outage (maintenance page, restarting backend): since when, why, and how many
+    # consecutive outage answers (the backoff grows with it); cleared by a good answer.
+    outage_since: Mapped[float | None] = mapped_column(Float, default=None)  # unix seconds
+    outage_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    outage_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class WorkLease(Base):
