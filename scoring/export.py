@@ -117,13 +117,13 @@ def _system_hits(
     out: dict[str, list[tuple[int, str | None, bool]]] = {}
     for chunk in _chunks(shas):
         for (sha,) in session.execute(
-            sa.select(a.c.query_sha256).where(a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk))
+            sa.select(a.c.query_sha256).where(a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded)
         ):
             out.setdefault(sha, [])
         for sha, rank, name, res, rc in session.execute(
             sa.select(a.c.query_sha256, h.c.rank, h.c.normalized_name, h.c.resolution, h.c.resolved_corpus_id)
             .select_from(h.join(a, h.c.answer_id == a.c.id))
-            .where(a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), h.c.rank <= k_max)
+            .where(a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded, h.c.rank <= k_max)
             .order_by(a.c.query_sha256, h.c.rank)
         ):
             out[sha].append((rank, name, res == RESOLVED and rc == corpus_id))

@@ -131,7 +131,7 @@ def ensure_positions(
     for chunk in _chunks(shas):
         for aid, sha, fetched in session.execute(
             sa.select(a.c.id, a.c.query_sha256, a.c.fetched_at).where(
-                a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk)
+                a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded
             )
         ):
             answers[aid] = sha

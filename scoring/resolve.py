@@ -42,7 +42,7 @@ def resolve_hits(session: Session, corpus_id: int, config_id: int, epoch: int, s
     )
     changed = 0
     for chunk in _chunks(list(shas)):
-        answers = sa.select(a.c.id).where(a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk))
+        answers = sa.select(a.c.id).where(a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded)
         stmt = (
             sa.update(h)
             .where(
@@ -88,6 +88,7 @@ def resolution_counts(
                 a.c.config_id == config_id,
                 a.c.epoch == epoch,
                 a.c.query_sha256.in_(chunk),
+                ~a.c.superseded,
                 h.c.resolved_corpus_id == corpus_id,
                 h.c.rank <= k_max,
             )

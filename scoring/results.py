@@ -219,7 +219,7 @@ def _find_systems(session: sa.orm.Session, shas: Sequence[str]) -> list[SystemRe
     for chunk in _chunks(list(shas)):
         pairs.update(
             (int(cid), int(ep))
-            for cid, ep in session.execute(sa.select(a.c.config_id, a.c.epoch).where(a.c.query_sha256.in_(chunk)).distinct())
+            for cid, ep in session.execute(sa.select(a.c.config_id, a.c.epoch).where(a.c.query_sha256.in_(chunk), ~a.c.superseded).distinct())
         )
     if not pairs:
         return []
@@ -480,7 +480,7 @@ def _latencies(session: sa.orm.Session, ref: SystemRef, shas: Sequence[str]) -> 
     for chunk in _chunks(list(shas)):
         out.extend(
             v for v in session.execute(
-                sa.select(a.c.latency_ms).where(a.c.config_id == ref.config_id, a.c.epoch == ref.epoch, a.c.query_sha256.in_(chunk))
+                sa.select(a.c.latency_ms).where(a.c.config_id == ref.config_id, a.c.epoch == ref.epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded)
             ).scalars() if v is not None
         )
     return out
