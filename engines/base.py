@@ -108,6 +108,21 @@ class HitList(list):
             self.drop_reason = reason
 
 
+def finish_hits(engine: str, hits: HitList, n_items: int, *, where: str = "answer", benign: int = 0) -> HitList:
+    """``hits`` once every item was looked at; a parse error if *every* item was unusable.
+
+    One bad item is dropped, but a list whose items all fail the same way is a changed
+    schema (a renamed name field), not an empty answer: that stays an
+    :class:`EngineParseError`, so the crawler retries and the archive can be re-parsed.
+    ``benign`` counts drops that are normal answers (Lean Finder's non-Mathlib links).
+    """
+    if n_items and not hits and hits.dropped - benign >= n_items:
+        raise EngineParseError(
+            f"{engine}: {where}: all {n_items} item(s) unusable (first: {hits.drop_reason}); did the schema change?"
+        )
+    return hits
+
+
 class EngineParseError(Exception):
     """The body is not a well-formed answer (wrong type, missing field, HTML, truncated)."""
 

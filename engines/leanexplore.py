@@ -4,13 +4,20 @@ Optional ``packages`` (a list, sent comma-separated as the official client does)
 answer is ``{"query", "results": [...], "count", "processing_time_ms"}``; each result
 has a dotted ``name`` and a ``dependencies`` field that is a JSON array *encoded in a
 string*: the raw item keeps the string and gains ``dependencies_list`` (decoded) when
-it decodes. ``count`` is ignored; what came back is ``len(results)``.
+it decodes. ``count`` is ignored; what came back is ``len(results)``. Receipts that
+lack ``dependencies``, ``informalization`` or ``processing_time_ms`` parse.
+
+As the official client reads them, ``{}`` and ``{"results": []}`` are an empty answer.
+API v1's response shape (statement groups named by ``primary_declaration.lean_name``,
+ENGINE-APIS.md §8.2) parses too, in case the service rolls back. A result that is null
+or has no name is dropped (``HitList.drop``); the others keep their ranks.
 
 The service has needed no key since v1.3.0 (2026-08-02). A key in
 ``ENGINES_LEANEXPLORE_API_KEY`` is still sent as ``Authorization: Bearer`` — but only to
 the public LeanExplore host, never to a stand-in or mirror, and it is read when the
 request is built, so it is never stored on the adapter, in its identity, or in logs.
-Default courtesy rate 24 requests / 60 s (the reported server limit is 30 / min).
+Default courtesy rate 24 requests / 60 s (Legendre leaderboard, the most conservative
+known public client; the reported server limit is 30 / min; ENGINE-APIS.md §3.6).
 """
 
 from __future__ import annotations
@@ -26,10 +33,12 @@ from engines.base import (
     EngineDefaults,
     EngineHTTPError,
     EngineParseError,
+    HitList,
     ParsedHit,
     Rate,
     RemoteAdapter,
     decode_json_object,
+    finish_hits,
 )
 
 API_KEY_ENV = "ENGINES_LEANEXPLORE_API_KEY"
@@ -38,7 +47,8 @@ API_KEY_ENV = "ENGINES_LEANEXPLORE_API_KEY"
 class LeanExploreAdapter(RemoteAdapter):
     engine = "leanexplore"
     endpoint_version = "api-v2-search"
-    parser_version = 1
+    # 2: tolerant items; `{}` is an empty answer; v1 statement groups parse.
+    parser_version = 2
     DEFAULT_URL = "https://www.leanexplore.com/api/v2"
     PARAMS = {"packages": None}
     defaults = EngineDefaults(rate=Rate(24, 60.0), timeout=20.0, result_cap=None, batch_size=1, num_results=50)
@@ -64,22 +74,25 @@ class LeanExploreAdapter(RemoteAdapter):
 
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
-    ) -> list[list[ParsedHit]]:
+    ) -> list[HitList]:
         data = decode_json_object(self.engine, status_code, headers, body)
         if "msg" in data and "results" not in data:
             raise EngineHTTPError(f"leanexplore: error in body: {data['msg']!r:.200}")
+        if "results" not in data and set(data) <= _ENVELOPE_KEYS and not data.get("count"):
+            # The official client reads a missing `results` as no results: `{}` is an empty answer.
+            return [HitList()]
         results = data.get("results")
         if not isinstance(results, list):
             raise EngineParseError(
                 f"leanexplore: `results` is {type(results).__name__}, expected a list (keys {sorted(data)[:8]})"
             )
-        hits = []
+        hits = HitList()
         for i, item in enumerate(results):
-            if not isinstance(item, dict):
-                raise EngineParseError(f"leanexplore: result {i + 1} is {type(item).__name__}, expected an object")
-            name = item.get("name")
-            if not isinstance(name, str) or not name:
-                raise EngineParseError(f"leanexplore: result {i + 1} has no string `name` (keys {sorted(item)[:10]})")
+            try:
+                name = result_name(item)
+            except EngineParseError as exc:
+                hits.drop(f"result {i + 1}: {exc}")
+                continue
             raw = dict(item)
             deps = item.get("dependencies")
             if isinstance(deps, str):
@@ -90,4 +103,21 @@ class LeanExploreAdapter(RemoteAdapter):
                 if isinstance(decoded, list):
                     raw["dependencies_list"] = decoded
             hits.append(ParsedHit(rank=i + 1, name=name, raw=raw))
-        return [hits]
+        return [finish_hits(self.engine, hits, len(results))]
+
+
+# Keys of the v2 (and v1) search envelope: an object with only these and no `results`
+# is an empty answer; anything else without `results` is a changed schema.
+_ENVELOPE_KEYS = {"query", "count", "processing_time_ms", "packages_applied", "total_candidates_considered"}
+
+
+def result_name(item: Any) -> str:
+    """The dotted name of one result: v2 ``name``, or v1's ``primary_declaration.lean_name``."""
+    if not isinstance(item, dict):
+        raise EngineParseError(f"item is {type(item).__name__}, expected an object")
+    name = item.get("name")
+    if name is None and isinstance(item.get("primary_declaration"), dict):
+        name = item["primary_declaration"].get("lean_name")  # API v1 statement group (§8.2)
+    if not isinstance(name, str) or not name:
+        raise EngineParseError(f"no string `name` (keys {sorted(item)[:10]})")
+    return name

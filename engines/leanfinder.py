@@ -16,11 +16,17 @@ Two response generations parse:
 - older (2025-11-03 to 2026-05-20): ``{"results": [{"url", "formal_statement",
   "informal_statement"}, ...]}``; the name is the ``pattern=`` of a mathlib4_docs
   ``.../find/?pattern=<name>#doc`` URL. Hits whose URL is not such a link (other
-  libraries) carry no name and are skipped; the remaining hits keep their returned rank.
+  libraries) carry no name and are dropped (counted, not an error); the remaining hits
+  keep their returned rank.
+
+A result with no Lean name (missing or empty ``formal_name``), a null result, or one that
+matches neither schema is dropped (``HitList.drop``); if *every* result fails that way
+the schema changed and the answer is a parse error.
 
 Which generation parsed is visible from the raw items (``formal_name`` vs ``url``) and
 from :func:`detect_schema`. Errors arrive as ``{"error": ...}`` (status undocumented).
-Courtesy rate 1 request / s (Legendre); one query per request (``inputs`` is a string).
+Courtesy rate 10 requests / 30 s (lean-lsp-mcp, the most conservative known public client;
+Legendre used 1 / s; ENGINE-APIS.md §4.7); one query per request (``inputs`` is a string).
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from engines.base import (
     EngineDefaults,
     EngineHTTPError,
     EngineParseError,
+    HitList,
     ParsedHit,
     Rate,
     RemoteAdapter,
     decode_json_object,
+    finish_hits,
 )
 from store.errors import InputError
 
@@ -61,10 +69,11 @@ def detect_schema(item: Any) -> str | None:
 class LeanFinderAdapter(RemoteAdapter):
     engine = "leanfinder"
     endpoint_version = "hf-endpoint-inputs-v1"
-    parser_version = 1
+    # 2: tolerant items (no Lean name, null item: dropped, ranks kept).
+    parser_version = 2
     DEFAULT_URL = "https://bxrituxuhpc70w8w.us-east-1.aws.endpoints.huggingface.cloud"
     PARAMS = {"version": DEFAULT_VERSION}
-    defaults = EngineDefaults(rate=Rate(1, 1.0), timeout=30.0, result_cap=None, batch_size=1, num_results=50)
+    defaults = EngineDefaults(rate=Rate(10, 30.0), timeout=30.0, result_cap=None, batch_size=1, num_results=50)
 
     def __init__(self, base_url: str | None = None, **params: Any) -> None:
         super().__init__(base_url, **params)
@@ -82,7 +91,7 @@ class LeanFinderAdapter(RemoteAdapter):
 
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
-    ) -> list[list[ParsedHit]]:
+    ) -> list[HitList]:
         data = decode_json_object(self.engine, status_code, headers, body)
         if "error" in data:
             raise EngineHTTPError(f"leanfinder: error in body: {data['error']!r:.200}")
@@ -91,23 +100,28 @@ class LeanFinderAdapter(RemoteAdapter):
             raise EngineParseError(
                 f"leanfinder: `results` is {type(results).__name__}, expected a list (keys {sorted(data)[:8]})"
             )
-        hits = []
+        hits = HitList()
+        foreign = 0
         for i, item in enumerate(results):
             schema = detect_schema(item)
             if schema == "current":
                 name = item["formal_name"]
                 if not isinstance(name, str) or not name:
-                    raise EngineParseError(f"leanfinder: result {i + 1}: `formal_name` is {name!r:.80}")
+                    hits.drop(f"result {i + 1}: no Lean name (`formal_name` is {name!r:.60})")
+                    continue
             elif schema == "url":
                 url = item["url"]
-                if not isinstance(url, str):
-                    raise EngineParseError(f"leanfinder: result {i + 1}: `url` is {type(url).__name__}")
-                m = _DOCS_PATTERN.search(url)
+                m = _DOCS_PATTERN.search(url) if isinstance(url, str) else None
                 if not m or not m.group(1):
-                    continue  # not a mathlib4_docs link: no declaration name to score
+                    # Not a mathlib4_docs link (another library): a normal answer with no
+                    # declaration name to score, so it does not count towards "all unusable".
+                    foreign += isinstance(url, str)
+                    hits.drop(f"result {i + 1}: no Lean name in `url` {url!r:.80}")
+                    continue
                 name = unquote(m.group(1))
             else:
                 keys = sorted(item)[:10] if isinstance(item, dict) else type(item).__name__
-                raise EngineParseError(f"leanfinder: result {i + 1} matches neither known schema ({keys})")
+                hits.drop(f"result {i + 1}: matches neither known schema ({keys})")
+                continue
             hits.append(ParsedHit(rank=i + 1, name=name, raw=item))
-        return [hits]
+        return [finish_hits(self.engine, hits, len(results), benign=foreign)]

@@ -4,9 +4,17 @@ Request ``{"query": [text, ...], "num_results": n}``; the answer is a list with 
 inner list per query, in request order, of ``{"result": Record, "distance": float}``.
 ``Record.name`` and ``module_name`` are lists of components and are joined with ``.``.
 ``distance`` is kept in the raw item but never used to re-sort: since the v2 backend
-(about March 2026) it comes from the first-stage retriever and is not monotone in rank.
+(about March 2026) it comes from the first-stage retriever and is not monotone in rank;
+it may be absent (lean-lsp-mcp's recorded result has none).
 
-Defaults: courtesy rate 3 requests / 30 s (Legendre leaderboard), one query per request
+Tolerant items: a hit whose ``name`` is missing, an empty list or holds a non-string, a
+null hit, or one without a ``result`` object is dropped (``HitList.drop``); the others
+keep their as-returned ranks. The legacy ``GET /api/search`` answer (a flat list of
+``{id, formal_name, ...}``, ENGINE-APIS.md §8.1) parses too for a one-query request,
+because a service can roll back.
+
+Defaults: courtesy rate 3 requests / 30 s (Legendre leaderboard, the most conservative
+known public client; ENGINE-APIS.md §2.7), one query per request
 (batching several is the ``batch_size`` option; whether a batch counts as one request
 against the per-IP limit is unknown), ``num_results`` 50. The server accepts up to 150
 but the hosted v2 service reportedly returns at most 50 (``result_cap``).
@@ -23,10 +31,12 @@ from engines.base import (
     EngineDefaults,
     EngineHTTPError,
     EngineParseError,
+    HitList,
     ParsedHit,
     Rate,
     RemoteAdapter,
     decode_json_body,
+    finish_hits,
 )
 
 MAX_NUM_RESULTS = 150  # server-side validation since 2025-09-12 (frenzymath/LeanSearch f264465)
@@ -41,10 +51,41 @@ def join_name(value: Any, *, field: str, where: str) -> str:
     raise EngineParseError(f"leansearch: {where}: `{field}` is {type(value).__name__} {value!r:.80}, expected a list of strings")
 
 
+def is_legacy(data: list) -> bool:
+    """The legacy GET API's flat list of ``{id, formal_name, ...}`` (ENGINE-APIS.md §8.1)."""
+    return (
+        bool(data)
+        and not any(isinstance(x, list) for x in data)
+        and any(isinstance(x, dict) and "formal_name" in x for x in data)
+        and not any(isinstance(x, dict) and "result" in x for x in data)
+    )
+
+
+def _legacy_item_name(item: Any) -> str:
+    if not isinstance(item, dict):
+        raise EngineParseError(f"item is {type(item).__name__}, expected an object")
+    name = item.get("formal_name")
+    if not isinstance(name, str) or not name:
+        raise EngineParseError(f"`formal_name` is {type(name).__name__} {name!r:.60}")
+    return name
+
+
+def _item_name(item: Any, where: str) -> str:
+    if not isinstance(item, dict):
+        raise EngineParseError(f"{where} is {type(item).__name__}, expected an object")
+    record = item.get("result")
+    if not isinstance(record, dict):
+        raise EngineParseError(f"{where} has no `result` object (keys {sorted(item)[:8]})")
+    if "name" not in record:
+        raise EngineParseError(f"{where} record has no `name` (keys {sorted(record)[:10]})")
+    return join_name(record["name"], field="name", where=where)
+
+
 class LeanSearchAdapter(RemoteAdapter):
     engine = "leansearch"
     endpoint_version = "post-search-v1"
-    parser_version = 1
+    # 2: tolerant items (a bad item is dropped, ranks kept); the legacy flat list parses.
+    parser_version = 2
     DEFAULT_URL = "https://leansearch.net"
     MAX_BATCH = None
     MAX_NUM_RESULTS = MAX_NUM_RESULTS
@@ -58,7 +99,7 @@ class LeanSearchAdapter(RemoteAdapter):
 
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
-    ) -> list[list[ParsedHit]]:
+    ) -> list[HitList]:
         data = decode_json_body(self.engine, status_code, headers, body)
         if isinstance(data, dict):
             if "error" in data or "detail" in data:
@@ -66,25 +107,32 @@ class LeanSearchAdapter(RemoteAdapter):
             raise EngineParseError(f"leansearch: top level is an object with keys {sorted(data)[:8]}, expected a list")
         if not isinstance(data, list):
             raise EngineParseError(f"leansearch: top level is {type(data).__name__}, expected a list of lists")
-        if data and all(isinstance(x, dict) and "formal_name" in x for x in data):
-            raise EngineParseError("leansearch: flat list of formal_name objects: the legacy GET API schema (before April 2025)")
+        if is_legacy(data):
+            # A service can roll back: the legacy answer has no per-query framing, so it
+            # can only be attributed to a one-query request.
+            if len(texts) != 1:
+                raise EngineParseError(
+                    f"leansearch: legacy flat list (GET /api/search schema) for {len(texts)} queries; it carries one answer"
+                )
+            hits = HitList()
+            for i, item in enumerate(data):
+                try:
+                    hits.append(ParsedHit(rank=i + 1, name=_legacy_item_name(item), raw=item))
+                except EngineParseError as exc:
+                    hits.drop(f"legacy hit {i + 1}: {exc}")
+            return [finish_hits(self.engine, hits, len(data), where="legacy answer")]
         if len(data) != len(texts):
             raise EngineParseError(f"leansearch: {len(data)} answer lists for {len(texts)} queries")
-        out: list[list[ParsedHit]] = []
+        out: list[HitList] = []
         for qi, entry in enumerate(data):
             if not isinstance(entry, list):
                 raise EngineParseError(f"leansearch: answer {qi} is {type(entry).__name__}, expected a list of hits")
-            hits = []
+            hits = HitList()
             for i, item in enumerate(entry):
                 where = f"query {qi} hit {i + 1}"
-                if not isinstance(item, dict):
-                    raise EngineParseError(f"leansearch: {where} is {type(item).__name__}, expected an object")
-                record = item.get("result")
-                if not isinstance(record, dict):
-                    raise EngineParseError(f"leansearch: {where} has no `result` object (keys {sorted(item)[:8]})")
-                if "name" not in record:
-                    raise EngineParseError(f"leansearch: {where} record has no `name` (keys {sorted(record)[:10]})")
-                name = join_name(record["name"], field="name", where=where)
-                hits.append(ParsedHit(rank=i + 1, name=name, raw=item))
-            out.append(hits)
+                try:
+                    hits.append(ParsedHit(rank=i + 1, name=_item_name(item, where), raw=item))
+                except EngineParseError as exc:
+                    hits.drop(str(exc).removeprefix("leansearch: "))
+            out.append(finish_hits(self.engine, hits, len(entry), where=f"answer {qi}"))
         return out

@@ -2,17 +2,23 @@
 
 Success is ``{"header", "heartbeats", "count", "hits": [{"name", "type", "module",
 "doc"}], "suggestions"?}`` with at most 200 hits; ``count`` is the total number of
-matches, so what came back is ``len(hits)``. Query errors arrive as **HTTP 200 with an
-``error`` key** and are failures (:class:`EngineHTTPError`), never empty results; a body
-of ``{}`` means no search ran (empty or repeated ``q``) and is a parse error.
+matches, so what came back is ``len(hits)`` (``count`` larger than the hits is normal).
+Query errors arrive as **HTTP 200 with an ``error`` key** and are failures
+(:class:`EngineHTTPError`), never empty results; ``suggestions`` are queries to try, never
+hits. A backend crash (``"... Restarting ..."``, ``"... died with code N ..."``, also 200)
+is an outage (:class:`EngineOutage`, and :meth:`LoogleAdapter.outage_reason`). A body of
+``{}`` means no search ran (empty or repeated ``q``) and is a parse error. A hit with no
+name, or a null hit, is dropped (``HitList.drop``); the others keep their ranks.
 
 Loogle takes no result count, so ``num_results`` is not part of the identity. Courtesy
-rate 3 requests / 30 s (lean-lsp-mcp); overload is answered with 503 + ``Retry-After: 5``.
+rate 3 requests / 30 s (lean-lsp-mcp, ENGINE-APIS.md §5.5); overload is answered with 503 + ``Retry-After: 5``.
 The descriptive User-Agent matters: Loogle refuses ``Python-urllib/3.12`` with 403.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Mapping
 
 import httpx
@@ -20,11 +26,14 @@ import httpx
 from engines.base import (
     EngineDefaults,
     EngineHTTPError,
+    EngineOutage,
     EngineParseError,
+    HitList,
     ParsedHit,
     Rate,
     RemoteAdapter,
     decode_json_object,
+    finish_hits,
 )
 
 MAX_HITS = 200  # server default --max-results
@@ -33,7 +42,8 @@ MAX_HITS = 200  # server default --max-results
 class LoogleAdapter(RemoteAdapter):
     engine = "loogle"
     endpoint_version = "get-json-q"
-    parser_version = 1
+    # 2: tolerant items; a restarting backend is an outage, not a failed query.
+    parser_version = 2
     DEFAULT_URL = "https://loogle.lean-lang.org"
     defaults = EngineDefaults(rate=Rate(3, 30.0), timeout=20.0, result_cap=MAX_HITS, batch_size=1, num_results=MAX_HITS)
 
@@ -46,22 +56,54 @@ class LoogleAdapter(RemoteAdapter):
         self._check_texts(texts)
         return self._request("GET", f"{self.base_url}/json", params={"q": texts[0]}, headers=self._headers())
 
+    def outage_reason(self, status_code: int, headers: Mapping[str, str], body: bytes) -> str | None:
+        reason = super().outage_reason(status_code, headers, body)
+        if reason is None and 200 <= status_code < 300:
+            message = _error_message(body)
+            if message is not None and is_backend_crash(message):
+                reason = f"backend restarting (HTTP {status_code}): {message:.100}"
+        return reason
+
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
-    ) -> list[list[ParsedHit]]:
+    ) -> list[HitList]:
         data = decode_json_object(self.engine, status_code, headers, body)
         if "error" in data:
-            raise EngineHTTPError(f"loogle: query error: {data['error']!r:.300}")
+            message = str(data["error"])
+            if is_backend_crash(message):
+                raise EngineOutage(f"loogle: backend restarting: {message!r:.300}")
+            # `suggestions` are queries to try instead, never hits.
+            raise EngineHTTPError(f"loogle: query error: {message!r:.300}")
         hits_in = data.get("hits")
         if not isinstance(hits_in, list):
             what = "empty object (no search ran: empty or repeated q)" if not data else f"keys {sorted(data)[:8]}"
             raise EngineParseError(f"loogle: `hits` is {type(hits_in).__name__}, expected a list ({what})")
-        hits = []
+        hits = HitList()
         for i, item in enumerate(hits_in):
-            if not isinstance(item, dict):
-                raise EngineParseError(f"loogle: hit {i + 1} is {type(item).__name__}, expected an object")
-            name = item.get("name")
+            name = item.get("name") if isinstance(item, dict) else None
             if not isinstance(name, str) or not name:
-                raise EngineParseError(f"loogle: hit {i + 1} has no string `name` (keys {sorted(item)[:10]})")
+                what = f"keys {sorted(item)[:10]}" if isinstance(item, dict) else type(item).__name__
+                hits.drop(f"hit {i + 1}: no string `name` ({what})")
+                continue
             hits.append(ParsedHit(rank=i + 1, name=name, raw=item))
-        return [hits]
+        return [finish_hits(self.engine, hits, len(hits_in))]
+
+
+# A crashed backend answers 200 + `{"error": "... Restarting..."}` (server.py) or
+# "...died with code N..." (frontend-tests/test_server.py): the service is down, the
+# query is not at fault.
+_CRASH = re.compile(r"restarting|died with code", re.I)
+
+
+def is_backend_crash(message: str) -> bool:
+    return bool(_CRASH.search(message))
+
+
+def _error_message(body: bytes) -> str | None:
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if isinstance(data, dict) and "error" in data:
+        return str(data["error"])
+    return None

@@ -7,6 +7,7 @@ from typing import Any
 from engines.leanexplore import LeanExploreAdapter
 from engines.leanfinder import LeanFinderAdapter
 from engines.leansearch import LeanSearchAdapter
+from engines.leanstatesearch import LeanStateSearchAdapter
 from engines.loogle import LoogleAdapter
 from store.errors import InputError
 
@@ -15,6 +16,7 @@ ENGINES: dict[str, type] = {
     "leanexplore": LeanExploreAdapter,
     "leanfinder": LeanFinderAdapter,
     "loogle": LoogleAdapter,
+    "leanstatesearch": LeanStateSearchAdapter,
 }
 
 

@@ -389,6 +389,7 @@ def score(
                                     query_ids=[q.id for q in scored_queries])
             res_counts = resolution_counts(s, corp.id, ref.config_id, ref.epoch, sorted({q.sha for q in scored_queries}), k_max)
             latencies = _latencies(s, ref, sorted({q.sha for q in scored_queries}))
+            res_counts = {**res_counts, "dropped_items": _dropped_items(s, ref, sorted({q.sha for q in scored_queries}))}
         system_scores.append(
             _score_system(ref, scored, stored, boot, profile, k_max, dropped, res_counts, latencies,
                           snap_names.get(ref.id), gold, present, bench.task)
@@ -486,6 +487,18 @@ def _latencies(session: sa.orm.Session, ref: SystemRef, shas: Sequence[str]) -> 
     return out
 
 
+def _dropped_items(session: sa.orm.Session, ref: SystemRef, shas: Sequence[str]) -> int:
+    """Items a tolerant parse dropped from this system's current answers (issue 11)."""
+    a = Answer.__table__
+    return sum(
+        session.scalar(
+            sa.select(sa.func.coalesce(sa.func.sum(a.c.dropped_items), 0)).where(
+                a.c.config_id == ref.config_id, a.c.epoch == ref.epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded)
+        ) or 0
+        for chunk in _chunks(list(shas))
+    )
+
+
 def _score_system(
     ref: SystemRef,
     scored: list[tuple[QueryRec, list[tuple[UnitRec, tuple[str, ...]]]]],
@@ -523,7 +536,8 @@ def _score_system(
         badges.append("different corpus")
     coverage = (len(snapshot) if snapshot is not None else len(present)) / len(gold) if gold else None
     lat = float(np.percentile(latencies, 95)) if latencies else None
-    resolution = {"resolved": res_counts.get(RESOLVED, 0), "not_in_corpus": res_counts.get(NOT_IN_CORPUS, 0)}
+    resolution = {"resolved": res_counts.get(RESOLVED, 0), "not_in_corpus": res_counts.get(NOT_IN_CORPUS, 0),
+                  "dropped_items": res_counts.get("dropped_items", 0)}
     groups = {dim: [getattr(q, dim) for q, _ in scored] for dim in BREAKDOWN_DIMS}
     multi = any(len(u) > 1 for _, u in scored) or task != "theorem-search"
 

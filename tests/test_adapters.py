@@ -14,6 +14,7 @@ from engines.base import (
     USER_AGENT,
     Adapter,
     EngineHTTPError,
+    EngineOutage,
     EngineParseError,
     config_hash,
     parse_rate,
@@ -100,7 +101,7 @@ def enc(obj) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode("utf-8")
 
 
-OK, PARSE, HTTP = "ok", EngineParseError, EngineHTTPError
+OK, PARSE, HTTP, OUTAGE = "ok", EngineParseError, EngineHTTPError, EngineOutage
 
 # (case id, engine, adapter params, texts, status, headers, body, expected names or error type)
 CASES = [
@@ -120,8 +121,11 @@ CASES = [
     ("ls-name-wrong-type", "leansearch", {}, ["q"], 200, JSON_CT, enc([[ls_hit(42, 0.1)]]), PARSE),
     ("ls-name-bad-component", "leansearch", {}, ["q"], 200, JSON_CT, enc([[ls_hit(["Nat", None], 0.1)]]), PARSE),
     ("ls-wrong-list-count", "leansearch", {"batch_size": 2}, ["a", "b"], 200, JSON_CT, enc(LS_DOC), PARSE),
+    # The legacy GET API's flat list parses for one query (a service can roll back), not for a batch.
     ("ls-legacy-flat-schema", "leansearch", {}, ["q"], 200, JSON_CT,
-     enc([{"id": 1, "formal_name": "Nat.add_comm", "formal_type": "...", "kind": "theorem"}]), PARSE),
+     enc([{"id": 1, "formal_name": "Nat.add_comm", "formal_type": "...", "kind": "theorem"}]), [["Nat.add_comm"]]),
+    ("ls-legacy-flat-schema-batch", "leansearch", {"batch_size": 2}, ["a", "b"], 200, JSON_CT,
+     enc([{"id": 1, "formal_name": "Nat.add_comm"}, {"id": 2, "formal_name": "Nat.mul_comm"}]), PARSE),
     ("ls-html-200", "leansearch", {}, ["q"], 200, {"content-type": "text/html"}, HTML, PARSE),
     ("ls-html-200-json-ctype", "leansearch", {}, ["q"], 200, JSON_CT, HTML, PARSE),
     ("ls-truncated", "leansearch", {}, ["q"], 200, JSON_CT, enc(LS_DOC)[:-40], PARSE),
@@ -133,7 +137,12 @@ CASES = [
     ("le-null-deps-extra-key", "leanexplore", {}, ["q"], 200, JSON_CT, enc(LE_TWO), [["Nat.add_comm", "Nat.mul_comm"]]),
     ("le-empty-results", "leanexplore", {}, ["q"], 200, JSON_CT, enc({"query": "q", "results": [], "count": 0}), [[]]),
     ("le-top-level-list", "leanexplore", {}, ["q"], 200, JSON_CT, enc(LE_DOC["results"]), PARSE),
-    ("le-missing-results", "leanexplore", {}, ["q"], 200, JSON_CT, enc({"query": "q", "count": 0}), PARSE),
+    # The official client reads a missing `results` as none: an empty answer, unless the
+    # envelope says there were some or has keys we do not know (a changed schema).
+    ("le-missing-results-count-0", "leanexplore", {}, ["q"], 200, JSON_CT, enc({"query": "q", "count": 0}), [[]]),
+    ("le-empty-object", "leanexplore", {}, ["q"], 200, JSON_CT, b"{}", [[]]),
+    ("le-missing-results-count-3", "leanexplore", {}, ["q"], 200, JSON_CT, enc({"query": "q", "count": 3}), PARSE),
+    ("le-missing-results-other-key", "leanexplore", {}, ["q"], 200, JSON_CT, enc({"hits": []}), PARSE),
     ("le-results-object", "leanexplore", {}, ["q"], 200, JSON_CT, enc({"results": {"a": 1}}), PARSE),
     ("le-drift-name-renamed", "leanexplore", {}, ["q"], 200, JSON_CT,
      enc({"results": [{("lean_name" if k == "name" else k): v for k, v in LE_DOC["results"][0].items()}]}), PARSE),
@@ -162,7 +171,9 @@ CASES = [
     ("loogle-no-hits", "loogle", {}, ["q"], 200, JSON_CT, enc({"header": "h", "heartbeats": 1, "count": 0, "hits": []}), [[]]),
     ("loogle-error-200", "loogle", {}, ["q"], 200, JSON_CT,
      enc({"error": "unknown identifier 'foo'", "heartbeats": 0, "suggestions": ["Foo"]}), HTTP),
-    ("loogle-crash-200", "loogle", {}, ["q"], 200, JSON_CT, enc({"error": "Loogle crashed. Restarting..."}), HTTP),
+    # A crashed backend is an outage (transient), not a failed query.
+    ("loogle-crash-200", "loogle", {}, ["q"], 200, JSON_CT, enc({"error": "Loogle crashed. Restarting..."}), OUTAGE),
+    ("loogle-died-200", "loogle", {}, ["q"], 200, JSON_CT, enc({"error": "backend died with code 137"}), OUTAGE),
     ("loogle-empty-object", "loogle", {}, [""], 200, JSON_CT, b"{}", PARSE),
     ("loogle-top-level-list", "loogle", {}, ["q"], 200, JSON_CT, enc(LOOGLE_DOC["hits"]), PARSE),
     ("loogle-drift-name-renamed", "loogle", {}, ["q"], 200, JSON_CT,
@@ -213,8 +224,8 @@ def test_leanfinder_old_schema_skips_non_docs_urls_but_keeps_ranks():
 # --- requests --------------------------------------------------------------------------
 
 def test_registry_lists_engines_and_rejects_unknown():
-    assert set(ENGINES) == {"leansearch", "leanexplore", "leanfinder", "loogle"}
-    with pytest.raises(InputError, match="leansearch, leanexplore, leanfinder, loogle"):
+    assert set(ENGINES) == {"leansearch", "leanexplore", "leanfinder", "loogle", "leanstatesearch"}
+    with pytest.raises(InputError, match="leansearch, leanexplore, leanfinder, loogle, leanstatesearch"):
         get_adapter("moogle")
     for name in ENGINES:
         a = get_adapter(name)
@@ -260,7 +271,7 @@ def test_leanfinder_request_version_default_and_none():
     assert get_adapter("leanfinder", version="v4.28.0").identity()["version"] == "v4.28.0"
     with pytest.raises(InputError):
         get_adapter("leanfinder", version="latest")
-    assert str(old.defaults.rate) == "1/1s"
+    assert str(old.defaults.rate) == "10/30s"  # lean-lsp-mcp's, the most conservative known client
 
 
 def test_loogle_request_and_identity_without_count():

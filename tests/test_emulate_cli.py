@@ -33,7 +33,7 @@ def start(args, tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
 
 
-@pytest.mark.parametrize("engine", ["leansearch", "leanexplore"])
+@pytest.mark.parametrize("engine", ["leansearch", "leanexplore", "leanstatesearch"])
 def test_emulate_cli_serves_and_reports(engine, tmp_path):
     corpus = tmp_path / "tiny.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in TINY), encoding="utf-8")

@@ -50,7 +50,7 @@ def test_resolution_normalises_and_counts_per_system(cache):
     res = score(cache, "mathlibqr")
     sysj = res.to_json()["systems"][0]
     # Nat.encodable is a real slice declaration; "Not.A.Decl" is not.
-    assert sysj["resolution"] == {"resolved": 5, "not_in_corpus": 1}
+    assert sysj["resolution"] == {"resolved": 5, "not_in_corpus": 1, "dropped_items": 0}
     with cache.session() as s:
         rows = s.execute(sa.select(Hit.rank, Hit.resolution, Hit.declaration_id).order_by(Hit.rank)).all()
     assert [r.resolution for r in rows] == ["not_in_corpus"] + ["resolved"] * 5

@@ -31,7 +31,7 @@ def _maintenance(text: str | None) -> tuple[int, int] | None:
 
 
 def emulate(
-    engine: str = typer.Argument(..., help="leansearch, leanexplore, leanfinder or loogle."),
+    engine: str = typer.Argument(..., help="leansearch, leanexplore, leanfinder, loogle or leanstatesearch."),
     port: int = typer.Option(0, "--port", help="TCP port (0: a free one, printed on stdout)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     corpus: Optional[Path] = typer.Option(

@@ -77,6 +77,12 @@ class EngineAPI:
     def handle(self, req: Request, mods: Mods) -> Reply:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    query_param = "q"
+
+    def texts(self, req: Request) -> list[str]:
+        """The query texts a request carries, as sent (for a stand-in's canned replies)."""
+        return list(req.query.get(self.query_param, []))[:1]
+
     def error(self, status: int, message: str, **kw: Any) -> Reply:
         return jreply(status, {self.error_key: message}, **kw)
 
@@ -113,6 +119,13 @@ class LeanSearchAPI(EngineAPI):
         for key in ("kind", "signature", "type", "value", "docstring", "informal_name", "informal_description"):
             rec[key] = row.get(key)
         return rec
+
+    def texts(self, req: Request) -> list[str]:
+        try:
+            queries = json.loads(req.body).get("query")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            return []
+        return [q for q in queries if isinstance(q, str)] if isinstance(queries, list) else []
 
     def handle(self, req: Request, mods: Mods) -> Reply:
         if req.path != "/search":
@@ -225,6 +238,13 @@ class LeanFinderAPI(EngineAPI):
     drift_key = "formalName"
     versions = ("v4.19.0", "v4.24.0", "v4.28.0")
 
+    def texts(self, req: Request) -> list[str]:
+        try:
+            inputs = json.loads(req.body).get("inputs")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            return []
+        return [inputs] if isinstance(inputs, str) else []
+
     def handle(self, req: Request, mods: Mods) -> Reply:
         if req.path not in ("/", ""):
             return self.error(404, "Not Found")
@@ -331,9 +351,52 @@ class LoogleAPI(EngineAPI):
         return jreply(200, body, served=True)
 
 
+class LeanStateSearchAPI(EngineAPI):
+    """``GET /api/search?query=&results=&rev=`` (§6): a bare list on success, 400 + ``error``/``schema``.
+
+    Follows ``route.ts``: all three parameters required, ``query`` must hold ``⊢``, ``rev``
+    must be indexed (the stand-in indexes ``revisions``; the real list is not published),
+    ``error`` before ``schema`` in error bodies. The server has no rate limit in code; the
+    stand-in answers excess traffic with 429 + ``error``. Items carry no score.
+    """
+
+    engine = "leanstatesearch"
+    error_key = "error"
+    query_param = "query"
+    revisions = ("v4.17.0-rc1", "v4.22.0")
+
+    def invalid(self, error: str, description: str, **schema: Any) -> Reply:
+        return jreply(400, {"error": error, "schema": {"description": description, **schema}})
+
+    def handle(self, req: Request, mods: Mods) -> Reply:
+        if req.path != "/api/search":
+            return self.error(404, "Not Found")
+        if req.method != "GET":
+            return self.error(405, "Method Not Allowed")
+        params = {k: (req.query.get(k) or [""])[0] for k in ("query", "results", "rev")}
+        if not all(params.values()):
+            return self.invalid("Missing required parameters", "query, results and rev are all required",
+                                parameters={"query": "string", "results": "number", "rev": "string"})
+        if "⊢" not in params["query"]:
+            return self.invalid("Invalid parameter value", "The 'query' parameter must be a valid Lean proof state")
+        try:
+            n = int(params["results"])
+        except ValueError:
+            n = 0
+        if n < 1:
+            return self.invalid("Invalid parameter value", "The 'results' parameter must be a positive integer")
+        if params["rev"] not in self.revisions:
+            return self.invalid("Invalid parameter value", "Lean State Search does not support the specified revision")
+        ranked = self.index.search(params["query"].replace("⊢", " "), n)
+        items = [{"name": r.name, "formal_type": r.get("type") or (r.get("signature") or "").strip(),
+                  "module": r.module, "rev": params["rev"]} for r, _ in ranked]
+        return jreply(200, _finish(items, mods, self.name_key, self.drift_key), served=True)
+
+
 APIS: dict[str, type[EngineAPI]] = {
     "leansearch": LeanSearchAPI,
     "leanexplore": LeanExploreAPI,
     "leanfinder": LeanFinderAPI,
     "loogle": LoogleAPI,
+    "leanstatesearch": LeanStateSearchAPI,
 }

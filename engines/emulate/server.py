@@ -26,7 +26,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
 from engines.base import Rate
 from engines.emulate.apis import APIS, Mods, Reply, Request, parse_query_string
@@ -35,6 +35,13 @@ from store.errors import InputError
 
 RESET = "reset"
 HANG = "timeout"
+
+# A recorded answer: (status, headers, body bytes). ``Content-Type`` in the headers is
+# sent as the content type (default JSON).
+CannedReply = tuple[int, Mapping[str, str], bytes]
+# Query text -> recorded answer, or a callable (query texts, request) -> answer or None.
+# Texts with no recorded answer are ranked from the corpus as usual.
+Canned = Union[Mapping[str, CannedReply], Callable[[list[str], Request], Union[CannedReply, None]]]
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,11 @@ def _break_json(body: bytes) -> bytes:
 
 
 class StandIn:
-    """A loopback stand-in for ``engine``: ``async with StandIn(...) as srv`` or ``with StandIn(...).in_thread() as srv``."""
+    """A loopback stand-in for ``engine``: ``async with StandIn(...) as srv`` or ``with StandIn(...).in_thread() as srv``.
+
+    ``canned`` replays recorded answers (see :data:`Canned`) instead of ranking the
+    corpus; the rate limit and the maintenance window still apply to them.
+    """
 
     def __init__(
         self,
@@ -119,6 +130,7 @@ class StandIn:
         seed: int = 0,
         host: str = "127.0.0.1",
         port: int = 0,
+        canned: Canned | None = None,
     ) -> None:
         if engine not in APIS:
             raise InputError(f"unknown engine {engine!r} for a stand-in; known: {', '.join(APIS)}")
@@ -131,6 +143,9 @@ class StandIn:
         self.seed = seed
         self.host = host
         self.port = port
+        # Recorded bodies to replay (real responses in tests): the framing, quirks and
+        # errors of a real service go over the same socket and crawler path.
+        self.canned = canned
         self.maintenance = False  # switch a 405 window on and off at run time
         self.stats = Stats()
         self._admitted: deque[float] = deque()
@@ -298,6 +313,21 @@ class StandIn:
         window.append(now)
         return None
 
+    def _replay(self, req: Request) -> Reply | None:
+        if self.canned is None:
+            return None
+        texts = self.api.texts(req)
+        if callable(self.canned):
+            found = self.canned(texts, req)
+        else:
+            found = self.canned.get(texts[0]) if len(texts) == 1 else None
+        if found is None:
+            return None
+        status, headers, body = found
+        headers = dict(headers)
+        ctype = next((headers.pop(k) for k in list(headers) if k.lower() == "content-type"), "application/json")
+        return Reply(int(status), bytes(body), content_type=ctype, headers=headers, served=200 <= int(status) < 300)
+
     async def _respond(self, req: Request, arrival: float) -> Reply | str:
         st = self.stats
         i = st.requests
@@ -337,7 +367,7 @@ class StandIn:
         else:
             mods = Mods(drift=u["schema_drift"] < f.schema_drift,
                         duplicate=dup_rng if u["duplicates"] < f.duplicates else None)
-            reply = self.api.handle(req, mods)
+            reply = self._replay(req) or self.api.handle(req, mods)
             if reply.served and mods.drift:
                 fault = "schema_drift"
             elif reply.served and mods.duplicate is not None:
