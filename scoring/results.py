@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from scoring import aggregate as agg
 from scoring.bootstrap import Bootstrap, RESAMPLES, SEED, CI
+from scoring.matching import has_overlap, recompute
 from scoring.mamut import MAMUT_METRICS, PROFILES as MAMUT_PROFILES, SKLEARN_METRICS, profile_query
 from scoring.metrics import K_MAX, QueryMatrix, per_query_curves, reciprocal_rank
 from scoring.positions import QueryRec, UnitRec, ensure_positions, load_queries, read_positions, resolvable_units
@@ -123,6 +124,8 @@ class ScoreResult:
     comparisons: list[dict[str, Any]]
     scope: dict[str, Any]
     table_metrics: tuple[str, ...]
+    # Scored queries whose units share a name (METHODOLOGY.md "Units that share a returned row").
+    overlapping_units: int = 0
 
     def system(self, sid: str) -> SystemScore:
         for s in self.systems:
@@ -145,6 +148,7 @@ class ScoreResult:
                 "banner": self.banner,
                 "scope": self.scope,
                 "table_metrics": list(self.table_metrics),
+                "overlapping_units": self.overlapping_units,
                 "systems": [s.to_json() for s in self.systems],
                 "queries": self.queries,
                 "comparisons": self.comparisons,
@@ -349,15 +353,30 @@ def score(
         scored: list[tuple[QueryRec, list[tuple[UnitRec, tuple[str, ...]]]]] = []
         dropped_qids: list[str] = []
         unresolved_units = 0
+        # Queries whose positions cannot come from the stored table: a shared name makes
+        # precision-type figures need the matching, and --shared-with narrows a group to
+        # its shared names (stored positions were computed with all of them).
+        affected: list[tuple[int, str, list[tuple[str, ...]]]] = []
+        overlapping = 0
         for q, units in in_scope:
             keep = [(u, names) for u, names in resolvable_units(q, present) if u in units]
+            narrowed = False
+            if shared_with:
+                kept = [(u, tuple(nm for nm in names if nm in allowed)) for u, names in keep]
+                narrowed = any(len(a[1]) != len(b[1]) for a, b in zip(kept, keep))
+                keep = [(u, names) for u, names in kept if names]
             unresolved_units += len(units) - len(keep)
             if keep:
                 scored.append((q, keep))
+                overlap = has_overlap([names for _, names in keep])
+                overlapping += overlap
+                if overlap or narrowed:
+                    affected.append((q.id, q.sha, [names for _, names in keep]))
             else:
                 dropped_qids.append(q.qid)
         n, dropped = len(scored), len(dropped_qids)
-        scope_desc.update({"in_scope": len(in_scope), "dropped_qids": dropped_qids, "unresolved_units": unresolved_units})
+        scope_desc.update({"in_scope": len(in_scope), "dropped_qids": dropped_qids, "unresolved_units": unresolved_units,
+                           "overlapping_units": overlapping})
 
         scope_shas = sorted({q.sha for q, _ in in_scope})
         refs = _select_systems(_find_systems(s, scope_shas), systems)
@@ -389,9 +408,11 @@ def score(
                                     query_ids=[q.id for q in scored_queries])
             res_counts = resolution_counts(s, corp.id, ref.config_id, ref.epoch, sorted({q.sha for q in scored_queries}), k_max)
             latencies = _latencies(s, ref, sorted({q.sha for q in scored_queries}))
+            extra = recompute(s, config_id=ref.config_id, epoch=ref.epoch, affected=affected, k_max=k_max)
         system_scores.append(
             _score_system(ref, scored, stored, boot, profile, k_max, dropped, res_counts, latencies,
-                          snap_names.get(ref.id), gold, present, bench.task)
+                          snap_names.get(ref.id), gold, present, bench.task,
+                          recomputed=extra, affected={qid for qid, _, _ in affected}, pool_size=corp.row_count)
         )
 
     comparisons = []
@@ -431,6 +452,7 @@ def score(
         comparisons=comparisons,
         scope=scope_desc,
         table_metrics=tuple(table),
+        overlapping_units=overlapping,
     )
 
 
@@ -500,16 +522,30 @@ def _score_system(
     gold: set[str],
     present: set[str],
     task: str,
+    recomputed: dict[int, tuple[list[int | None], list[int]]] | None = None,
+    affected: set[int] | None = None,
+    pool_size: int | None = None,
 ) -> SystemScore:
     positions: list[list[int | None]] = []
     kinds: list[list[str]] = []
     n_ret: list[int] = []
     answered: list[bool] = []
+    credits: list[list[int] | None] = []
+    recomputed, affected = recomputed or {}, affected or set()
     for q, units in scored:
         entry = stored.get(q.id)
-        answered.append(entry is not None)
-        upos, nr = entry if entry is not None else ({}, 0)
-        positions.append([upos.get(u.id) for u, _ in units])
+        nr = entry[1] if entry is not None else 0
+        if q.id in affected:
+            # Recomputed from the answer's hits (scoring.matching); n_retrieved is still stored.
+            got = recomputed.get(q.id)
+            answered.append(got is not None)
+            positions.append(list(got[0]) if got is not None else [None] * len(units))
+            credits.append(list(got[1]) if got is not None else [])
+        else:
+            answered.append(entry is not None)
+            upos = entry[0] if entry is not None else {}
+            positions.append([upos.get(u.id) for u, _ in units])
+            credits.append(None)
         kinds.append([u.kind for u, _ in units])
         n_ret.append(nr)
     unanswered = answered.count(False)
@@ -528,7 +564,7 @@ def _score_system(
     multi = any(len(u) > 1 for _, u in scored) or task != "theorem-search"
 
     if profile == "main":
-        curves = per_query_curves(QueryMatrix.from_lists(positions, kinds), k_max) if scored else None
+        curves = per_query_curves(QueryMatrix.from_lists(positions, kinds, credits), k_max) if scored else None
         names = list(agg.TABLE_METRICS) + list(agg.MULTI_GOLD_EXTRA if multi else agg.SINGLE_GOLD_EXTRA)
         names = [nm for nm in dict.fromkeys(names) if agg.canonical(nm)[1] is None or agg.canonical(nm)[1] <= k_max]
         if curves is None:
@@ -542,11 +578,13 @@ def _score_system(
             arrays = {nm: agg.per_query(curves, nm) for nm in COMPARE_METRICS if agg.defined(nm, cap)}
             bd_values = {nm: agg.per_query(curves, nm) for nm in ("nDCG@10", "R@10") if 10 <= k_max}
         per_query = {
-            q.qid: {"positions": ps, "rr": float(curves.rr[i]) if curves is not None else 0.0, "answered": answered[i]}
+            q.qid: {"positions": ps, "rr": float(curves.rr[i]) if curves is not None else 0.0, "answered": answered[i],
+                    **({"credited": credits[i]} if credits[i] is not None else {})}
             for i, ((q, _), ps) in enumerate(zip(scored, positions))
         }
     else:
-        rows = [profile_query(profile, ps, nr) for ps, nr in zip(positions, n_ret)]
+        rows = [profile_query(profile, ps, nr, answered=ok, pool_size=pool_size)
+                for ps, nr, ok in zip(positions, n_ret, answered)]
         keys = MAMUT_METRICS if profile == "mamut" else SKLEARN_METRICS
         arrays = {key: np.asarray([r[key] for r in rows], dtype=np.float64) for key in keys}
         metrics = {}
