@@ -194,3 +194,43 @@ def test_mathlibmpr_overlapping_items_from_the_database(cache):
     for name, m in s["metrics"].items():
         if m["value"] is not None:
             assert 0.0 <= m["value"] <= 1.0
+
+
+def test_shared_with_narrows_a_group_to_its_shared_names(cache, tmp_path):
+    import sqlalchemy as sa
+
+    from scoring.results import score
+    from store.models import Declaration
+
+    qs = bench_queries(cache, "mathlibmpr")
+    with cache.session() as s:
+        present = set(s.execute(sa.select(Declaration.full_name)).scalars())
+    # A query with a group holding two names in the corpus, and at least one other group.
+    pick = None
+    for q in qs:
+        units = [[n.name for n in u.names if n.name in present] for u in q.gold_units]
+        units = [u for u in units if u]
+        two = [u for u in units if len(u) >= 2]
+        if two and len(units) >= 2:
+            pick = (q, two[0], next(u for u in units if u is not two[0]))
+            break
+    assert pick is not None
+    q, group, other = pick
+    first, second = group[0], group[1]
+    # The snapshot holds the group's second name only, and none of the other group's names.
+    lst = tmp_path / "snapshot.txt"
+    lst.write_text(second + "\n", encoding="utf-8")
+    cid = make_config(cache, "narrow")
+    answer_all(cache, cid, [q], lambda _: [first, "Not.There", second] + list(other))
+    full = score(cache, "mathlibmpr", systems=["narrow"]).to_json()
+    qj_full = next(x for x in full["queries"] if x["qid"] == q.qid)
+    j = next(i for i, names in enumerate(qj_full["gold"]) if first in names)
+    assert full["systems"][0]["per_query"][q.qid]["positions"][j] == 1
+    doc = score(cache, "mathlibmpr", systems=["narrow"], shared_with=[str(lst)]).to_json()
+    qj = next(x for x in doc["queries"] if x["qid"] == q.qid)
+    # Before issue 15 the whole group was kept (hit by `first` at rank 1) and every other
+    # group of the query was dropped; now the group is narrowed to `second`, hit at rank 3.
+    assert qj["gold"] == [[second]]
+    pq = doc["systems"][0]["per_query"][q.qid]
+    assert pq["positions"] == [3] and pq["credited"] == [3]
+    assert doc["systems"][0]["metrics"]["MRR"]["value"] == pytest.approx(1 / 3 / doc["systems"][0]["n"])
