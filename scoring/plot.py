@@ -72,7 +72,9 @@ def plot_curves(doc: dict[str, Any], metric: str, out: str | Path) -> Path:
         "svg.hashsalt": "engines", "path.simplify": False,
     }
     with matplotlib.rc_context(rc):
-        fig = Figure(figsize=(COLUMN_WIDTH_IN, COLUMN_WIDTH_IN * 0.78), layout="constrained")
+        n_entries = len(systems) + len(doc.get("published") or [])
+        height = COLUMN_WIDTH_IN * 0.72 + 0.13 * n_entries
+        fig = Figure(figsize=(COLUMN_WIDTH_IN, height), layout="constrained")
         ax = fig.add_subplot()
         kmax = int(doc.get("k_max") or 200)
         for i, s in enumerate(systems):
@@ -104,14 +106,21 @@ def plot_curves(doc: dict[str, Any], metric: str, out: str | Path) -> Path:
         for src in doc.get("published") or []:
             from scoring.published import curve_points
 
+            first = True
             for row in src.get("rows") or []:
                 pts = curve_points(row, key)
                 if not pts:
                     continue
                 xs, vs = zip(*pts)
-                ax.plot(xs, vs, linestyle=(0, (2, 2)), marker="o", markerfacecolor="none", markersize=3,
-                        linewidth=0.8, color=PUBLISHED_GREYS[g % len(PUBLISHED_GREYS)],
-                        label=f"{row['system']} (published, {src.get('table', '')})")
+                grey = PUBLISHED_GREYS[g % len(PUBLISHED_GREYS)]
+                # One legend entry per source; each row is named at its last point instead,
+                # so a dozen reference rows do not swamp a one-column legend.
+                ax.plot(xs, vs, linestyle=(0, (2, 2)), marker="o", markerfacecolor="none", markersize=2.5,
+                        linewidth=0.6, color=grey,
+                        label=f"published: {src.get('source', '')}" if first else None)
+                ax.annotate(str(row["system"]).split(" (", 1)[0], (xs[-1], vs[-1]), xytext=(2, 0),
+                            textcoords="offset points", fontsize=4, color=grey, va="center")
+                first = False
                 g += 1
         ax.set_xscale("log")
         ax.set_xlim(1, kmax)
@@ -129,7 +138,10 @@ def plot_curves(doc: dict[str, Any], metric: str, out: str | Path) -> Path:
         if doc.get("banner"):
             title += " · dev slice, not a result"
         ax.set_title(title, loc="left")
-        ax.legend(loc="lower right", frameon=False, handlelength=2.2)
+        # Below the axes, so no curve is hidden behind it.
+        labels = ax.get_legend_handles_labels()[1]
+        ncols = 2 if all(len(lb) <= 30 for lb in labels) else 1
+        fig.legend(loc="outside lower center", ncols=ncols, frameon=False, handlelength=2.2)
         tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
         try:
             fig.savefig(tmp, dpi=300, format=out.suffix.lower().lstrip("."), metadata=_metadata(out.suffix.lower()))

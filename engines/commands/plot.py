@@ -20,7 +20,9 @@ def plot_command(
     subset: Optional[str] = typer.Option(None, "--subset", help="Score only this named subset, e.g. shared171."),
     slice_: Optional[str] = typer.Option(None, "--slice", help="engine-subset:ENGINE: every row on that engine's sampled queries."),
     system: Optional[list[str]] = typer.Option(None, "--system", help="Only these systems (repeatable)."),
-    published: bool = typer.Option(True, "--published/--no-published", help="Draw the published reference rows that apply."),
+    published: bool = typer.Option(
+        False, "--published/--no-published", help="Also draw the published reference rows that apply (dashed, grey)."
+    ),
     from_json: Optional[Path] = typer.Option(None, "--from-json", help="Plot this score JSON instead of scoring the database."),
 ) -> None:
     """Draw curves k = 1…200 with bootstrap bands, in leaderboard order, for a paper."""
