@@ -15,7 +15,7 @@ from tests.test_scoring_support import (  # noqa: F401  (fixtures)
     answer_all, bench_queries, cache, cache_url, filler, gold_name, make_config, prepared_cache,
 )
 
-pytest.importorskip("matplotlib")  # the plots extra; CI installs it
+
 runner = CliRunner()
 
 
