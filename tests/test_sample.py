@@ -122,3 +122,33 @@ def test_sampled_crawl_grows_nested_and_scores_on_its_own_n(cache, cache_url, ro
 def json_r10(system: dict, qid: str) -> float:
     ps = system["per_query"][qid]["positions"]
     return sum(p is not None and p <= 10 for p in ps) / len(ps)
+
+
+@pytest.mark.postgres
+def test_sampled_crawl_on_postgres(pg_url, rows):
+    from store.benchmarks import load_benchmark_file
+    from benchmarks import shipped_path
+    from store.db import open_database
+
+    db = open_database(pg_url)
+    try:
+        load_benchmark_file(db, shipped_path("MathlibMPR.json"))
+        with StandIn("leanexplore", rows, rate=Rate(20, 0.5)).in_thread() as srv:
+            # A full crawl's leases for other texts must not be claimed by a sampled run.
+            first = run_crawl(db, CrawlOptions(engines=["leanexplore"], bench="mathlibmpr", rates={"*": Rate(20, 0.5)},
+                                               urls={"leanexplore": srv.url}, limit=2, margin=0.1), Reporter(every=1e9))
+            assert first.results[0].counts.answered == 2
+            s = _crawl(db, srv, 8, seed=2)
+        r = s.results[0]
+        assert r.counts.total == 8 and r.counts.answered == 8 and s.exit_code == 0
+        with db.session() as ses:
+            sub = ses.execute(sa.select(Subset).where(Subset.name == "sample:leanexplore:2:8")).scalar_one()
+            assert sub.member_kind == "query_sha256" and sub.meta["n"] == 8
+            answered = set(ses.execute(sa.select(Answer.query_sha256)).scalars())
+        with db.session() as ses:
+            bid = ses.execute(sa.select(Benchmark.id).where(Benchmark.name == "mathlibmpr")).scalar_one()
+        sample = set(sampled_texts(db, bid, False, 8, 2))
+        # Everything answered is either the sample or the two texts of the limited full run.
+        assert sample <= answered and len(answered - sample) <= 2
+    finally:
+        db.dispose()
