@@ -360,8 +360,9 @@ def store_sample(db, *, engine: str, bench: str, seed: int, texts: dict[str, str
             if sub.sha256 != digest:
                 from store.errors import InputError
 
-                raise InputError(f"subset {name} already exists with other texts (was the benchmark reloaded?); "
-                                 "pick another --seed")
+                other = (sub.meta or {}).get("bench")
+                why = f"benchmark {other}'s sample" if other and other != bench else "other texts (was the benchmark reloaded?)"
+                raise InputError(f"subset {name} already holds {why}; pick another --seed for this one")
             return sub.id
         sub = Subset(name=name, member_kind="query_sha256", source_file=f"engines crawl {engine} --bench {bench} "
                      f"--sample {len(members)} --seed {seed}", sha256=digest,

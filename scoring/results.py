@@ -329,7 +329,7 @@ def score(
         allowed: set[str] | None = None
         targets: set[str] | None = None
         shas_in: set[str] | None = None
-        samples = _samples(s)
+        samples = _samples(s, bench.name)
         if slice:
             kind, _, engine = slice.partition(":")
             if kind != "engine-subset" or not engine:
@@ -499,8 +499,8 @@ def score(
     )
 
 
-def _samples(session: sa.orm.Session) -> dict[str, list[tuple[str, set[str]]]]:
-    """engine → its sampled-crawl subsets (name, query sha256s), smallest first."""
+def _samples(session: sa.orm.Session, bench: str) -> dict[str, list[tuple[str, set[str]]]]:
+    """engine → its sampled-crawl subsets of this benchmark (name, query sha256s), smallest first."""
     from crawler.plan import SAMPLE_PREFIX, parse_sample_name
 
     out: dict[str, list[tuple[int, str, set[str]]]] = {}
@@ -508,7 +508,7 @@ def _samples(session: sa.orm.Session) -> dict[str, list[tuple[str, set[str]]]]:
         sa.select(Subset).where(Subset.name.like(SAMPLE_PREFIX + "%"), Subset.member_kind == "query_sha256")
     ).scalars():
         parsed = parse_sample_name(sub.name)
-        if parsed is None:
+        if parsed is None or (sub.meta or {}).get("bench", bench) != bench:
             continue
         members = set(session.execute(sa.select(SubsetMember.member).where(SubsetMember.subset_id == sub.id)).scalars())
         out.setdefault(parsed[0], []).append((len(members), sub.name, members))

@@ -152,3 +152,20 @@ def test_sampled_crawl_on_postgres(pg_url, rows):
         assert sample <= answered and len(answered - sample) <= 2
     finally:
         db.dispose()
+
+
+def test_samples_belong_to_their_benchmark(cache):
+    from crawler.plan import store_sample
+    from store.errors import InputError
+
+    with cache.session() as s:
+        ids = dict(s.execute(sa.select(Benchmark.name, Benchmark.id)).all())
+    mpr = sampled_texts(cache, ids["mathlibmpr"], False, 5, 0)
+    store_sample(cache, engine="leanexplore", bench="mathlibmpr", seed=0, texts=mpr)
+    assert store_sample(cache, engine="leanexplore", bench="mathlibmpr", seed=0, texts=mpr)  # idempotent
+    qr = sampled_texts(cache, ids["mathlibqr"], False, 5, 0)
+    with pytest.raises(InputError, match="already holds benchmark mathlibmpr's sample; pick another --seed"):
+        store_sample(cache, engine="leanexplore", bench="mathlibqr", seed=0, texts=qr)
+    # A MathlibMPR sample is no slice of MathlibQR.
+    with pytest.raises(Exception, match="engine 'leanexplore' has no sampled crawl"):
+        score(cache, "mathlibqr", slice="engine-subset:leanexplore")
