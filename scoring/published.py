@@ -31,11 +31,12 @@ def load(path: str | Path = PUBLISHED_FILE) -> list[dict[str, Any]]:
 
 def applicable(doc: dict[str, Any], sources: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The sources that were computed on this score document's query set (main profile,
-    primary styles, same benchmark, same subset; nothing for shared-with or slice scopes)."""
+    the benchmark's primary styles, same benchmark, same subset; nothing for shared-with or
+    slice scopes)."""
     if doc.get("profile", "main") != "main":
         return []
     scope = doc.get("scope") or {}
-    if scope.get("shared_with") or scope.get("slice"):
+    if scope.get("shared_with") or scope.get("slice") or not scope.get("default_styles", True):
         return []
     bench = (doc.get("benchmark") or {}).get("name")
     subset = doc.get("subset")

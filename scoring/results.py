@@ -325,7 +325,8 @@ def score(
         present = names_in_corpus(s, corp.id, gold)
 
         # Scope: which queries and units are in play before the corpus is consulted.
-        scope_desc: dict[str, Any] = {"styles": sorted({q.style for q in queries})}
+        scope_desc: dict[str, Any] = {"styles": sorted({q.style for q in queries}),
+                                      "default_styles": {q.id for q in queries} == {q.id for q in all_queries if q.primary}}
         allowed: set[str] | None = None
         targets: set[str] | None = None
         shas_in: set[str] | None = None

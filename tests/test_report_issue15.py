@@ -69,3 +69,30 @@ def test_report_overlap_note_and_table2(cache):
     pub = page[page.index('id="published"'):]
     pub = pub[:pub.index("</section>")]
     assert "covered_paper@10" in pub and "nDCG@10" not in pub
+
+
+def test_score_published_cli(cache, cache_url, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from engines.cli import app
+
+    qs = bench_queries(cache, "mathlibqr")
+    answer_all(cache, make_config(cache, "sys"), qs, lambda q: [gold_name(q)])
+    runner = CliRunner()
+    out = tmp_path / "s.json"
+    res = runner.invoke(app, ["--db", cache_url, "score", "--bench", "mathlibqr", "--subset", "shared171", "--published",
+                              "--json", str(out)], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    assert "published (reference, not ranked): LeanSearch v2 paper, Table 1 [arXiv:2605.13137]" in res.stdout
+    assert "LSv2 with rerank" in res.stdout and "0.623" in res.stdout
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    (src,) = doc["published"]
+    assert src["table"] == "Table 1" and src["n"] == 810 and all(r["label"] == "published" for r in src["rows"])
+    # No MRR in Table 1: absent (blank), never 0.
+    assert all("MRR" not in r["metrics"] for r in src["rows"])
+    # The measured ranking is untouched: one measured row only.
+    assert [s["id"] for s in doc["systems"]] == ["sys"]
+    res = runner.invoke(app, ["--db", cache_url, "score", "--bench", "mathlibqr", "--style", "q3_nickname", "--published"])
+    assert res.exit_code == 0 and "no published numbers were computed on this query set" in res.stderr
