@@ -270,3 +270,119 @@ class WorkQueue:
             answered=sum(1 for sha in self.texts if sha in answered),
             failed=sum(1 for sha in self.texts if sha in failed and sha not in answered),
         )
+
+
+# ---------------------------------------------------------------- sampled crawls (issue 15)
+
+SAMPLE_PREFIX = "sample:"
+
+
+def sample_order(items: list[tuple[str, str]], seed: int) -> list[str]:
+    """Every text of a benchmark in sampling order: the first N are the sample of size N.
+
+    ``items`` are (sha, style) pairs. Each style's texts get their own seeded permutation;
+    the styles are then interleaved by largest deficit (at step i, the style furthest below
+    its share i·|style|/|all| goes next; ties by style name), so every prefix keeps the
+    benchmark's style mix to within one text per style, and a larger N only appends texts:
+    the sample of 500 contains the sample of 300.
+    """
+    import hashlib
+    import random
+
+    by_style: dict[str, list[str]] = {}
+    for sha, style in items:
+        by_style.setdefault(style or "", []).append(sha)
+    queues: dict[str, list[str]] = {}
+    for style, shas in sorted(by_style.items()):
+        # A per-style stream derived from (seed, style): adding a style elsewhere never
+        # reshuffles this one.
+        key = int.from_bytes(hashlib.sha256(f"{seed}\x00{style}".encode()).digest()[:8], "big")
+        shas = sorted(shas)
+        random.Random(key).shuffle(shas)
+        queues[style] = shas
+    total = sum(len(v) for v in queues.values())
+    taken = {style: 0 for style in queues}
+    out: list[str] = []
+    for i in range(1, total + 1):
+        style = max(
+            (st for st in sorted(queues) if taken[st] < len(queues[st])),
+            key=lambda st: (i * len(queues[st]) / total - taken[st], -sorted(queues).index(st)),
+        )
+        out.append(queues[style][taken[style]])
+        taken[style] += 1
+    return out
+
+
+def sample_subset_name(engine: str, seed: int, n: int) -> str:
+    return f"{SAMPLE_PREFIX}{engine}:{seed}:{n}"
+
+
+def parse_sample_name(name: str) -> tuple[str, int, int] | None:
+    """(engine, seed, N) of a ``sample:<engine>:<seed>:<N>`` subset name, else None."""
+    if not name.startswith(SAMPLE_PREFIX):
+        return None
+    engine, _, rest = name[len(SAMPLE_PREFIX):].rpartition(":")
+    engine, _, seed = engine.rpartition(":")
+    try:
+        return engine, int(seed), int(rest)
+    except ValueError:
+        return None
+
+
+def sampled_texts(db, benchmark_id: int, all_styles: bool, n: int, seed: int) -> dict[str, str]:
+    """sha → text of the deterministic, style-stratified sample of size n (all texts if fewer)."""
+    q = sa.select(Query.query_sha256, Query.text, Query.style).where(Query.benchmark_id == benchmark_id).order_by(Query.id)
+    if not all_styles:
+        q = q.where(Query.primary.is_(True))
+    texts: dict[str, str] = {}
+    styles: dict[str, str] = {}
+    with db.session() as s:
+        for sha, text, style in s.execute(q):
+            if sha not in texts:
+                texts[sha], styles[sha] = text, style
+    order = sample_order(list(styles.items()), seed)[:n]
+    return {sha: texts[sha] for sha in order}
+
+
+def store_sample(db, *, engine: str, bench: str, seed: int, texts: dict[str, str]) -> int:
+    """Record the sample as the subset ``sample:<engine>:<seed>:<N>`` (members: query sha256s);
+    return its id. Re-recording the same sample is a no-op."""
+    import hashlib
+
+    from store.models import Subset, SubsetMember
+
+    members = sorted(texts)
+    name = sample_subset_name(engine, seed, len(members))
+    digest = hashlib.sha256("\n".join(members).encode()).hexdigest()
+    with db.session() as s, s.begin():
+        sub = s.execute(sa.select(Subset).where(Subset.name == name)).scalar_one_or_none()
+        if sub is not None:
+            if sub.sha256 != digest:
+                from store.errors import InputError
+
+                other = (sub.meta or {}).get("bench")
+                why = f"benchmark {other}'s sample" if other and other != bench else "other texts (was the benchmark reloaded?)"
+                raise InputError(f"subset {name} already holds {why}; pick another --seed for this one")
+            return sub.id
+        sub = Subset(name=name, member_kind="query_sha256", source_file=f"engines crawl {engine} --bench {bench} "
+                     f"--sample {len(members)} --seed {seed}", sha256=digest,
+                     meta={"engine": engine, "bench": bench, "seed": seed, "n": len(members), "kind": "sample"})
+        s.add(sub)
+        s.flush()
+        s.execute(sa.insert(SubsetMember), [{"subset_id": sub.id, "member": m} for m in members])
+        return sub.id
+
+
+class SampleQueue(WorkQueue):
+    """A work queue that only claims the texts of one stored sample (leases seeded by an
+    earlier full crawl of the same configuration stay where they are)."""
+
+    def __init__(self, db, *, subset_id: int, **kwargs) -> None:
+        super().__init__(db, **kwargs)
+        self.subset_id = subset_id
+
+    def _bench_filter(self):
+        from store.models import SubsetMember
+
+        members = sa.select(SubsetMember.member).where(SubsetMember.subset_id == self.subset_id)
+        return sa.and_(super()._bench_filter(), WorkLease.query_sha256.in_(members))

@@ -63,6 +63,8 @@ class CrawlOptions:
     lease_ttl: float = 900.0
     timeout: float | None = None
     margin: float | None = None  # pacing safety margin (None: crawler.pacing.default_margin)
+    sample: int | None = None  # crawl the first N of the seeded, style-stratified order only
+    seed: int = 0
 
 
 @dataclass
@@ -279,10 +281,19 @@ def _resolve_engines(db, opts: CrawlOptions, worker: str) -> list[_Engine]:
             config_id = cfg.id
         epoch = current_epoch(db, config_id) + (1 if opts.refresh else 0)
         rate = opts.rates.get(name) or opts.rates.get("*") or adapter.defaults.rate
-        queue = WorkQueue(db, config_id=config_id, epoch=epoch, texts=texts, benchmark_id=bench.id,
-                          all_styles=opts.all_styles, worker=worker, lease_ttl=opts.lease_ttl)
+        if opts.sample is not None:
+            from crawler.plan import SampleQueue, sampled_texts, store_sample
+
+            sample = sampled_texts(db, bench.id, opts.all_styles, opts.sample, opts.seed)
+            sid = store_sample(db, engine=name, bench=bench.name, seed=opts.seed, texts=sample)
+            queue = SampleQueue(db, subset_id=sid, config_id=config_id, epoch=epoch, texts=sample,
+                                benchmark_id=bench.id, all_styles=opts.all_styles, worker=worker,
+                                lease_ttl=opts.lease_ttl)
+        else:
+            queue = WorkQueue(db, config_id=config_id, epoch=epoch, texts=texts, benchmark_id=bench.id,
+                              all_styles=opts.all_styles, worker=worker, lease_ttl=opts.lease_ttl)
         result = EngineResult(engine=name, label=label, config_id=config_id, epoch=epoch, host=adapter.host,
-                              rate=rate, counts=Counts(len(texts), 0, 0))
+                              rate=rate, counts=Counts(len(queue.texts), 0, 0))
         out.append(_Engine(name, adapter, config_id, label, epoch, rate, queue, result))
     return out
 

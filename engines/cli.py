@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "engines.commands.score",
     "engines.commands.emulate",
     "engines.commands.report",
+    "engines.commands.plot",
     "engines.commands.demo",
     "engines.commands.run",
     "engines.commands.crawl",

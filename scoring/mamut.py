@@ -5,8 +5,8 @@ because their conventions differ and their numbers are not comparable to Mathlib
 retrieval numbers:
 
 ``mamut`` — the recipe as the benchmark card states it:
-  - P@10: relevant among the first 10 predictions, divided by min(10, number returned)
-    (MAMUT's code divides by min(k, pool size); the returned list is the pool here);
+  - P@10: relevant among the first 10 predictions, divided by 10 as the card's recipe
+    does (a list shorter than 10 is not rewarded for stopping early);
   - nDCG: DCG summed over the whole ranked list, IDCG over min(|gold|, 10) ideal
     positions (so, unlike the main profile, it can exceed 1 when more than 10 golds are
     found — that is the recipe, reproduced as stated);
@@ -19,10 +19,13 @@ retrieval numbers:
 ``transformer-math-evaluation``): ``sklearn.metrics.ndcg_score`` and
 ``average_precision_score`` over the whole candidate pool, no cut-off on either side.
 An engine returns a ranked list, not a scored pool: the returned items get strictly
-decreasing scores, and everything else in the pool (the unreturned golds plus
-``tail_negatives`` unreturned non-golds, 0 for engine runs) ties at the lowest score —
-scikit-learn averages DCG over tied items and merges tied thresholds for AP, and so do we.
-scikit-learn is not a dependency: it is the test oracle.
+decreasing scores, and everything else in the pool ties at the lowest score — the
+unreturned golds plus ``tail_negatives`` unreturned non-golds. MAMUT's code ranks every
+candidate, so for an engine run the pool is the whole scoring corpus: the tail negatives
+are every corpus row the system did not return. scikit-learn averages DCG over tied items
+and merges tied thresholds for AP, and so do we. An unanswered or empty query scores 0
+(scikit-learn would give an all-tied pool of golds 1.0). scikit-learn is not a
+dependency: it is the test oracle.
 
 Per query, ``labels`` is the returned list as 0/1 in rank order (duplicates and
 unresolved names are 0s that keep their slot) and ``n_gold`` the number of relevant items.
@@ -50,7 +53,7 @@ def mamut_query(labels: Sequence[int], n_gold: int) -> dict[str, float]:
     m = len(labels)
     rel = [1 if x else 0 for x in labels]
     found = sum(rel)
-    p10 = sum(rel[:10]) / min(10, m) if m else 0.0
+    p10 = sum(rel[:10]) / 10
     dcg = sum(r * _disc(i) for i, r in enumerate(rel, start=1))
     idcg = sum(_disc(i) for i in range(1, min(n_gold, 10) + 1))
     ap, seen = 0.0, 0
@@ -101,8 +104,19 @@ def labels_from_positions(positions: Sequence[int | None], n_retrieved: int) -> 
     return labels
 
 
-def profile_query(profile: str, positions: Sequence[int | None], n_retrieved: int) -> dict[str, float]:
-    """One query's metrics under a MAMUT profile, from stored positions."""
+def profile_query(
+    profile: str,
+    positions: Sequence[int | None],
+    n_retrieved: int,
+    *,
+    answered: bool = True,
+    pool_size: int | None = None,
+) -> dict[str, float]:
+    """One query's metrics under a MAMUT profile, from stored positions.
+
+    ``pool_size`` (mamut-sklearn): the candidate pool, the scoring corpus's row count; the
+    rows not returned are tail negatives. None keeps the pool to the returned rows and golds.
+    """
     labels = labels_from_positions(positions, n_retrieved)
     n_gold = len(positions)
     if profile == "mamut":
@@ -113,5 +127,11 @@ def profile_query(profile: str, positions: Sequence[int | None], n_retrieved: in
         out["F1"] = 2 * pr * rc / (pr + rc) if pr + rc else 0.0
         return out
     if profile == "mamut-sklearn":
-        return sklearn_query(labels, min(n_gold, sum(labels) + sum(p is None for p in positions)))
+        if not answered or not labels:
+            return {"nDCG": 0.0, "AP": 0.0}
+        gold = min(n_gold, sum(labels) + sum(p is None for p in positions))
+        tail_neg = 0
+        if pool_size is not None:
+            tail_neg = max(0, pool_size - len(labels) - (gold - sum(labels)))
+        return sklearn_query(labels, gold, tail_neg)
     raise ValueError(f"unknown MAMUT profile {profile!r}; expected one of {', '.join(PROFILES)}")

@@ -13,10 +13,11 @@ A query is described by the positions of its gold units: ``pos(g)`` is the 1-bas
 such row is within k_max. ``|G|`` is the number of units (after removing unresolvable
 ones). Duplicates never reach this layer: a unit has one position, its first hit.
 
-Notes on the literal formulas: the MathlibMPR premise groups share names in 10 places, so
-one returned row can hit two groups at the same position; the formulas are applied as
-written (each unit counts), which in that rare case lets P@k / nDCG@k / AP credit two units
-for one row.
+Units that share a returned row (METHODOLOGY.md): recall-type figures (R@k, Covered@k,
+RR) read the unit positions; precision-type figures (P@k, DCG, AP, the PR curve's
+precision) read the *credited* positions, the ranks at which the maximum matching h₁
+between rows and units grows (:mod:`scoring.matching`). When units are disjoint the two
+coincide, so ``credit=None`` means "the found unit positions".
 """
 
 from __future__ import annotations
@@ -48,14 +49,22 @@ def recall_at_k(positions: Positions, k: int) -> float:
     return hits_at_k(positions, k) / len(positions)
 
 
-def precision_at_k(positions: Positions, k: int) -> float:
-    """P@k = h(k) / k — divides by k, not by the number returned (trec_eval's ``P_k``)."""
-    return hits_at_k(positions, k) / k
+def _credited(positions: Positions, credit: Positions | None) -> Positions:
+    return positions if credit is None else credit
 
 
-def dcg_at_k(positions: Positions, k: int) -> float:
-    """DCG@k = Σ_{g: pos(g) ≤ k} 1 / log₂(pos(g) + 1), binary relevance."""
-    return sum(1.0 / math.log2(p + 1) for p in _found(positions, k))
+def precision_at_k(positions: Positions, k: int, credit: Positions | None = None) -> float:
+    """P@k = h₁(k) / k — divides by k, not by the number returned (trec_eval's ``P_k``).
+
+    h₁ = h when units are disjoint; ``credit`` gives the ranks at which h₁ grows otherwise.
+    """
+    return hits_at_k(_credited(positions, credit), k) / k
+
+
+def dcg_at_k(positions: Positions, k: int, credit: Positions | None = None) -> float:
+    """DCG@k = Σ_{g: pos(g) ≤ k} 1 / log₂(pos(g) + 1), binary relevance (over the credited
+    positions when units share rows)."""
+    return sum(1.0 / math.log2(p + 1) for p in _found(_credited(positions, credit), k))
 
 
 def idcg_at_k(n_gold: int, k: int) -> float:
@@ -63,12 +72,12 @@ def idcg_at_k(n_gold: int, k: int) -> float:
     return sum(1.0 / math.log2(i + 1) for i in range(1, min(k, n_gold) + 1))
 
 
-def ndcg_at_k(positions: Positions, k: int) -> float:
+def ndcg_at_k(positions: Positions, k: int, credit: Positions | None = None) -> float:
     """nDCG@k = DCG@k / IDCG@k (Järvelin & Kekäläinen 2002; trec_eval ``ndcg_cut``).
 
     With |G| = 1 this is exactly 1 / log₂(pos + 1) when pos ≤ k, else 0.
     """
-    return dcg_at_k(positions, k) / idcg_at_k(len(positions), k)
+    return dcg_at_k(positions, k, credit) / idcg_at_k(len(positions), k)
 
 
 def reciprocal_rank(positions: Positions) -> float:
@@ -77,12 +86,13 @@ def reciprocal_rank(positions: Positions) -> float:
     return 1.0 / min(found) if found else 0.0
 
 
-def average_precision(positions: Positions) -> float:
-    """AP = (1/|G|) Σ_{j=1}^{h(k_max)} j / p_j, p₁ ≤ … ≤ p_j the found gold positions.
+def average_precision(positions: Positions, credit: Positions | None = None) -> float:
+    """AP = (1/|G|) Σ_{j=1}^{h(k_max)} j / p_j, p₁ ≤ … ≤ p_j the found gold positions
+    (the credited ones when units share rows).
 
     Divides by |G| (trec_eval ``map``), so unfound gold costs.
     """
-    found = sorted(p for p in positions if p is not None)
+    found = sorted(p for p in _credited(positions, credit) if p is not None)
     return sum(j / p for j, p in enumerate(found, start=1)) / len(positions)
 
 
@@ -108,14 +118,14 @@ def covered_paper_at_k(positions: Positions, kinds: Sequence[str], k: int) -> fl
     return 1.0 if route("original") or route("alternative") else 0.0
 
 
-def interpolated_pr(positions: Positions, k_max: int = K_MAX) -> list[float]:
+def interpolated_pr(positions: Positions, k_max: int = K_MAX, credit: Positions | None = None) -> list[float]:
     """11-point interpolated precision: P_interp(r) = max_{k ≤ k_max: R@k ≥ r} P@k.
 
     0 where r is unreachable (not carried forward from lower levels).
     """
     out = []
     for r in PR_LEVELS:
-        ps = [precision_at_k(positions, k) for k in range(1, k_max + 1) if recall_at_k(positions, k) >= r - _EPS]
+        ps = [precision_at_k(positions, k, credit) for k in range(1, k_max + 1) if recall_at_k(positions, k) >= r - _EPS]
         out.append(max(ps) if ps else 0.0)
     return out
 
@@ -134,10 +144,15 @@ class QueryMatrix:
     pos: np.ndarray  # (n_queries, max_units) int64
     sizes: np.ndarray  # (n_queries,) int64, |G| ≥ 1
     kinds: np.ndarray  # (n_queries, max_units) int8
+    # Credited positions (ranks at which h₁ grows), 0-padded; None: the found positions.
+    credit: np.ndarray | None = None
 
     @classmethod
     def from_lists(
-        cls, positions: Sequence[Positions], kinds: Sequence[Sequence[str]] | None = None
+        cls,
+        positions: Sequence[Positions],
+        kinds: Sequence[Sequence[str]] | None = None,
+        credits: Sequence[Positions | None] | None = None,
     ) -> QueryMatrix:
         n = len(positions)
         width = max((len(p) for p in positions), default=1) or 1
@@ -152,7 +167,17 @@ class QueryMatrix:
                 kd[i, j] = code.get(kinds[i][j], 0) if kinds is not None else 0
         if (sizes == 0).any():
             raise ValueError("every scored query needs at least one gold unit (|G| > 0)")
-        return cls(pos=pos, sizes=sizes, kinds=kd)
+        credit = None
+        if credits is not None and any(c is not None for c in credits):
+            credit = pos.copy()
+            for i, c in enumerate(credits):
+                if c is not None:
+                    credit[i, :] = 0
+                    cs = sorted(p for p in c if p is not None)
+                    if len(cs) > width:
+                        raise ValueError("more credited rows than gold units")
+                    credit[i, : len(cs)] = cs
+        return cls(pos=pos, sizes=sizes, kinds=kd, credit=credit)
 
 
 @dataclass
@@ -206,13 +231,22 @@ def per_query_curves(qm: QueryMatrix, k_max: int = K_MAX) -> Curves:
     counts = np.zeros((n, k_max + 1), dtype=np.float64)
     np.add.at(counts, (rows[found], pos[found]), 1.0)
     h = np.cumsum(counts[:, 1:], axis=1)  # (n, k_max)
-    dcg = np.cumsum(counts[:, 1:] * disc[1:][None, :], axis=1)
+    # Precision-type figures count credited rows (h₁); identical to h for disjoint units.
+    if qm.credit is None:
+        cpos, cfound, h1, ccounts = pos, found, h, counts
+    else:
+        cpos = np.where((qm.credit >= 1) & (qm.credit <= k_max) & valid, qm.credit, 0)
+        cfound = cpos > 0
+        ccounts = np.zeros((n, k_max + 1), dtype=np.float64)
+        np.add.at(ccounts, (rows[cfound], cpos[cfound]), 1.0)
+        h1 = np.cumsum(ccounts[:, 1:], axis=1)
+    dcg = np.cumsum(ccounts[:, 1:] * disc[1:][None, :], axis=1)
     ideal = np.cumsum(disc)  # ideal[m] = Σ_{i=1}^{m} 1/log2(i+1)
     idcg = ideal[np.minimum(ks.astype(np.int64)[None, :], qm.sizes[:, None])]
 
     sizes = qm.sizes[:, None].astype(np.float64)
     recall = h / sizes
-    precision = h / ks[None, :]
+    precision = h1 / ks[None, :]
     ndcg = dcg / idcg
     covered = (h == sizes).astype(np.float64)
 
@@ -236,7 +270,7 @@ def per_query_curves(qm: QueryMatrix, k_max: int = K_MAX) -> Curves:
     rr = np.where(first <= k_max, 1.0 / np.maximum(first, 1), 0.0)
 
     # AP: sort found positions; the j-th found (1-based) at p_j contributes j / p_j.
-    sorted_pos = np.sort(np.where(found, pos, np.iinfo(np.int64).max), axis=1)
+    sorted_pos = np.sort(np.where(cfound, cpos, np.iinfo(np.int64).max), axis=1)
     js = np.arange(1, width + 1, dtype=np.float64)[None, :]
     ok = sorted_pos <= k_max
     ap = np.where(ok, js / np.where(ok, sorted_pos, 1), 0.0).sum(axis=1) / qm.sizes

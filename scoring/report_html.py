@@ -97,6 +97,7 @@ def _badges(system: dict[str, Any]) -> str:
         cls = (
             "cap" if low.startswith("k≤") or low.startswith("k<=")
             else "warn" if "incomplete" in low or "different corpus" in low
+            else "sample" if low.endswith("sampled")
             else "lic" if "licen" in low
             else ""
         )
@@ -201,7 +202,8 @@ def _segments(ks: Sequence[int], ys: Sequence[Any]) -> list[list[int]]:
 
 
 def curve_svg(
-    systems: Sequence[dict[str, Any]], colours: dict[str, str], key: str, title: str, kmax: int
+    systems: Sequence[dict[str, Any]], colours: dict[str, str], key: str, title: str, kmax: int,
+    published: Sequence[dict[str, Any]] | None = None,
 ) -> str:
     """One inline-SVG chart: a line per system over k (log axis), its CI band shaded."""
     W, H = 560, 340
@@ -263,10 +265,86 @@ def curve_svg(
                     f"<title>{e(label)} returns at most {ks[last]} results</title></circle>"
                 )
         drawn += 1
+    parts.extend(_published_marks(published or (), key, X, Y))
     if not drawn:
         parts.append(f'<text x="{left + pw / 2:.0f}" y="{top + ph / 2:.0f}" text-anchor="middle" class="tick">no data</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _published_marks(sources: Sequence[dict[str, Any]], key: str, X: Any, Y: Any) -> list[str]:
+    """Dashed hollow markers at the k values a published source reports (reference only)."""
+    from scoring.published import curve_points
+
+    out = []
+    for src in sources:
+        for row in src.get("rows") or []:
+            pts = curve_points(row, key)
+            if not pts:
+                continue
+            label = f"{row.get('system')} — published, {src.get('source')} {src.get('table')}"
+            d = " ".join(f"{'M' if j == 0 else 'L'}{X(k):.1f},{Y(v):.1f}" for j, (k, v) in enumerate(pts))
+            out.append(f'<path class="published" data-published="{e(row.get("system"))}" d="{d}" fill="none" '
+                       f'stroke="#777" stroke-width="1" stroke-dasharray="4 3"><title>{e(label)}</title></path>')
+            for k, v in pts:
+                out.append(f'<circle class="published" cx="{X(k):.1f}" cy="{Y(v):.1f}" r="3" fill="none" stroke="#555" '
+                           f'stroke-dasharray="2 1.5"><title>{e(label)}: {e(key)}@{k} = {fmt(v)}</title></circle>')
+    return out
+
+
+def _published(sources: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
+    """Reference rows from the literature: their own table, never ranked with measured rows."""
+    if not sources:
+        return ""
+    blocks = []
+    for src in sources:
+        names = [m for m in metrics if any(m in (r.get("metrics") or {}) for r in src.get("rows") or [])]
+        names += sorted({m for r in src.get("rows") or [] for m in (r.get("metrics") or {})} - set(names))
+        head = "".join(f'<th class="num">{e(m)}</th>' for m in names)
+        rows = "".join(
+            f'<tr class="published-row"><td class="sys">{e(r.get("system"))} <span class="badge pub">published</span></td>'
+            + "".join(
+                f'<td class="num">{fmt((r.get("metrics") or {}).get(m)) if (r.get("metrics") or {}).get(m) is not None else ""}</td>'
+                for m in names
+            )
+            + "</tr>"
+            for r in src.get("rows") or []
+        )
+        ref = str(src.get("ref") or "")
+        link = f'<a href="{e(ref)}">{e(ref)}</a>' if ref.startswith("http") else e(ref)
+        blocks.append(
+            f'<h3>{e(src.get("source"))}, {e(src.get("table"))} ({link})</h3>'
+            f'<p class="note">Computed on: {e(src.get("slice"))}; corpus: {e(src.get("corpus"))}. '
+            f'Transcribed {e(src.get("transcribed"))}. {e(src.get("notes") or "")} Blank: not reported (not zero).</p>'
+            f'<div class="boardwrap"><table class="board published"><thead><tr><th>system</th>{head}</tr></thead>'
+            f"<tbody>{rows}</tbody></table></div>"
+        )
+    return (
+        '<section id="published"><h2>Published reference rows</h2>'
+        '<p class="note">Numbers published by others on this query set, shown for reference: not ranked with the '
+        "measured rows above, and not a hosted API's current result. Drawn as dashed hollow markers on the curves at "
+        "the k values they report.</p>" + "".join(blocks) + "</section>"
+    )
+
+
+def _slices(slices: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
+    """The engine-subset views: every row re-scored on one engine's sampled queries."""
+    if not slices:
+        return ""
+    parts = []
+    for sl in slices:
+        systems = sorted(sl.get("systems") or [], key=_sort_key)
+        colours = _colours(systems)
+        parts.append(
+            f'<details class="slice" data-slice="{e(sl.get("name"))}"><summary>{e(sl.get("name"))}: every row on '
+            f'{e(sl.get("subset"))} ({e(sl.get("n_queries"))} queries)</summary>'
+            f"{_leaderboard(systems, colours, sl.get('n_queries'), metrics)}</details>"
+        )
+    return (
+        '<section id="slices"><h2>Views</h2><p class="note">The leaderboard above is the full view. Each '
+        "engine-subset view re-scores every row on the queries one engine was sampled on (engines crawl --sample), "
+        "so rows compare like with like.</p>" + "".join(parts) + "</section>"
+    )
 
 
 def _legend(systems: Sequence[dict[str, Any]], colours: dict[str, str]) -> str:
@@ -279,17 +357,26 @@ def _legend(systems: Sequence[dict[str, Any]], colours: dict[str, str]) -> str:
     return f'<div class="legend">{items}</div>'
 
 
-def _curves(systems: list[dict[str, Any]], colours: dict[str, str], kmax: int) -> str:
-    charts = [curve_svg(systems, colours, "R", "R@k (recall at k)", kmax),
-              curve_svg(systems, colours, "nDCG", "nDCG@k", kmax)]
+def _curves(
+    systems: list[dict[str, Any]], colours: dict[str, str], kmax: int, published: Sequence[dict[str, Any]] | None = None
+) -> str:
+    charts = [curve_svg(systems, colours, "R", "R@k (recall at k)", kmax, published),
+              curve_svg(systems, colours, "nDCG", "nDCG@k", kmax, published)]
+    controls = ""
     for key, title in (("P", "P@k (precision at k)"), ("Covered", "Covered@k (every gold unit found)")):
         if any((s.get("curves") or {}).get(key) for s in systems):
-            charts.append(curve_svg(systems, colours, key, title, kmax))
+            charts.append(curve_svg(systems, colours, key, title, kmax, published))
+        elif key == "P" and systems:
+            # Shown disabled with its reason rather than hidden (METHODOLOGY.md).
+            controls = (
+                '<div class="controls"><label class="disabled"><input type="checkbox" data-metric="P" disabled> P@k</label> '
+                '<span class="why">disabled: with one gold per query P@k is R@k / k</span></div>'
+            )
     # Interpolated PR is flat and uninformative with one gold per query: drawn only with P@k.
     pr = [s for s in systems if (s.get("pr") or {}).get("recall") and (s.get("curves") or {}).get("P")]
     if pr:
         charts.append(_pr_svg(pr, colours))
-    return _legend(systems, colours) + '<div class="charts">' + "".join(charts) + "</div>"
+    return _legend(systems, colours) + controls + '<div class="charts">' + "".join(charts) + "</div>"
 
 
 def _pr_svg(systems: Sequence[dict[str, Any]], colours: dict[str, str]) -> str:
@@ -608,7 +695,8 @@ td.sys{min-width:170px;max-width:260px;overflow-wrap:anywhere}.badges{margin-top
 .alert{color:#b3261e;font-weight:700}
 .swatch{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:6px;vertical-align:-1px}
 .badge{display:inline-block;font-size:11px;padding:1px 6px;border-radius:9px;background:#e8ecf0;margin:1px 2px;white-space:nowrap}
-.badge.cap{background:#dbe9f8;color:#0b4a8b}.badge.warn{background:#fde2e1;color:#8a1c15}.badge.lic{background:#efe4f7;color:#5b2a80}
+.badge.cap{background:#dbe9f8;color:#0b4a8b}.badge.sample{background:#fff3cd;color:#6b4e00}.badge.pub{background:#eee;color:#444;border:1px dashed #888}
+.controls{margin:4px 0;font-size:12.5px}.controls .disabled{color:var(--muted)}.controls .why{color:var(--muted);font-style:italic}.badge.warn{background:#fde2e1;color:#8a1c15}.badge.lic{background:#efe4f7;color:#5b2a80}
 .legend{margin:4px 0 8px}.key{margin-right:16px;white-space:nowrap}
 .charts{display:flex;flex-wrap:wrap;gap:14px}
 svg.curve{background:#fff;border:1px solid var(--line);border-radius:4px;max-width:100%;height:auto}
@@ -629,6 +717,17 @@ dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px}dl.meta 
 th.sorter{cursor:pointer}th.sorter:hover{text-decoration:underline}
 footer{margin-top:30px;color:var(--muted);font-size:12px}
 """
+
+
+def _overlap_note(score: dict[str, Any]) -> str:
+    n = score.get("overlapping_units") or 0
+    if not n:
+        return ""
+    return (
+        f'<p class="note overlap">{e(n)} scored queries have premise groups that share a name. There, P@k, nDCG and '
+        "MAP credit each returned row to at most one group (maximum matching); R@k and Covered@k count every group "
+        "a row belongs to (METHODOLOGY.md, “Units that share a returned row”).</p>"
+    )
 
 
 def render_html(score: dict[str, Any], *, json_sha256: str = "") -> str:
@@ -671,10 +770,13 @@ def render_html(score: dict[str, Any], *, json_sha256: str = "") -> str:
         f'<p class="note">Sorted by {e(HEADLINE)} (click a column header to sort by it). Every value is a macro '
         f"average in [0, 1] with its {e(ci_label)} bootstrap interval below; — means undefined (beyond a result "
         "cap). Bold: best in column.</p>"
-        f"{_leaderboard(systems, colours, bench.get('n_queries'), score.get('table_metrics') or TABLE_METRICS)}</section>"
+        f"{_leaderboard(systems, colours, bench.get('n_queries'), score.get('table_metrics') or TABLE_METRICS)}"
+        f"{_overlap_note(score)}</section>"
+        f"{_published(score.get('published') or [], score.get('table_metrics') or TABLE_METRICS)}"
+        f"{_slices(score.get('slices') or [], score.get('table_metrics') or TABLE_METRICS)}"
         f'<section id="curves"><h2>Curves over k</h2><p class="note">Shaded: {e(ci_label)} bootstrap band. '
         "A line that stops early belongs to a service that returns fewer than k_max results.</p>"
-        f"{_curves(systems, colours, kmax)}</section>"
+        f"{_curves(systems, colours, kmax, score.get('published'))}</section>"
         f'<section id="breakdowns"><h2>Breakdowns</h2>{_breakdowns(systems, queries)}</section>'
         f"{comparisons}"
         f'<section id="queries"><h2>Per-query explorer</h2>{_explorer(systems, queries)}</section>'

@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from scoring import aggregate as agg
 from scoring.bootstrap import Bootstrap, RESAMPLES, SEED, CI
+from scoring.matching import has_overlap, recompute
 from scoring.mamut import MAMUT_METRICS, PROFILES as MAMUT_PROFILES, SKLEARN_METRICS, profile_query
 from scoring.metrics import K_MAX, QueryMatrix, per_query_curves, reciprocal_rank
 from scoring.positions import QueryRec, UnitRec, ensure_positions, load_queries, read_positions, resolvable_units
@@ -78,6 +79,8 @@ class SystemScore:
     breakdowns: dict[str, dict[str, Any]]
     per_query: dict[str, dict[str, Any]]
     arrays: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # per-query, for comparisons
+    qids: list[str] = field(repr=False, default_factory=list)  # the queries ``arrays`` are aligned to
+    sample: str | None = None  # the sample subset this row was crawled on, if any
 
     def to_json(self) -> dict[str, Any]:
         r = self.ref
@@ -104,6 +107,7 @@ class SystemScore:
             "pr": self.pr,
             "breakdowns": self.breakdowns,
             "per_query": self.per_query,
+            "sample": self.sample,
         }
 
 
@@ -123,6 +127,8 @@ class ScoreResult:
     comparisons: list[dict[str, Any]]
     scope: dict[str, Any]
     table_metrics: tuple[str, ...]
+    # Scored queries whose units share a name (METHODOLOGY.md "Units that share a returned row").
+    overlapping_units: int = 0
 
     def system(self, sid: str) -> SystemScore:
         for s in self.systems:
@@ -145,6 +151,7 @@ class ScoreResult:
                 "banner": self.banner,
                 "scope": self.scope,
                 "table_metrics": list(self.table_metrics),
+                "overlapping_units": self.overlapping_units,
                 "systems": [s.to_json() for s in self.systems],
                 "queries": self.queries,
                 "comparisons": self.comparisons,
@@ -280,6 +287,7 @@ def score(
     styles: Sequence[str] | None = None,
     resamples: int = RESAMPLES,
     seed: int = SEED,
+    slice: str | None = None,
 ) -> ScoreResult:
     """Score every system (or the named ones) on a benchmark against one corpus.
 
@@ -290,6 +298,10 @@ def score(
     corpus or name-list file of the snapshot that engine searches (coverage column and
     "different corpus" badge). ``compare``: one pair ``(A, B)`` or a list of pairs.
     ``by`` only selects which breakdowns a table prints; the JSON carries all of them.
+    ``slice``: ``engine-subset:E`` scores every row on engine E's sampled queries (its
+    largest ``sample:E:*`` subset). A row crawled on a sample only is scored on its own
+    sample (its own n and intervals, badge ``n=N sampled``); paired comparisons use the
+    queries both rows are scored on and report that n.
     """
     if profile not in PROFILES:
         raise InputError(f"unknown scoring profile {profile!r}; choose one of {', '.join(PROFILES)}")
@@ -313,9 +325,24 @@ def score(
         present = names_in_corpus(s, corp.id, gold)
 
         # Scope: which queries and units are in play before the corpus is consulted.
-        scope_desc: dict[str, Any] = {"styles": sorted({q.style for q in queries})}
+        scope_desc: dict[str, Any] = {"styles": sorted({q.style for q in queries}),
+                                      "default_styles": {q.id for q in queries} == {q.id for q in all_queries if q.primary}}
         allowed: set[str] | None = None
         targets: set[str] | None = None
+        shas_in: set[str] | None = None
+        samples = _samples(s, bench.name)
+        if slice:
+            kind, _, engine = slice.partition(":")
+            if kind != "engine-subset" or not engine:
+                raise InputError(f"--slice {slice!r}: expected engine-subset:ENGINE (e.g. engine-subset:leansearch)")
+            mine = samples.get(engine.lower())
+            if not mine:
+                known = ", ".join(sorted(samples)) or "none"
+                raise InputError(f"--slice {slice}: engine {engine!r} has no sampled crawl (sampled engines: {known}); "
+                                 f"crawl one with `engines crawl {engine} --bench {bench_name} --sample N`")
+            name, members = mine[-1]
+            shas_in = set(members)
+            scope_desc["slice"] = {"name": slice, "subset": name, "members": len(members)}
         if subset:
             sub = s.execute(sa.select(Subset).where(Subset.name == subset)).scalar_one_or_none()
             if sub is None:
@@ -324,6 +351,8 @@ def score(
             members = set(s.execute(sa.select(SubsetMember.member).where(SubsetMember.subset_id == sub.id)).scalars())
             if sub.member_kind == "target_id":
                 targets = members
+            elif sub.member_kind == "query_sha256":  # a sampled crawl's texts
+                shas_in = members if shas_in is None else shas_in & members
             else:
                 allowed = members
             scope_desc["subset"] = {"name": subset, "member_kind": sub.member_kind, "members": len(members)}
@@ -342,6 +371,8 @@ def score(
         for q in queries:
             if targets is not None and q.target_id not in targets:
                 continue
+            if shas_in is not None and q.sha not in shas_in:
+                continue
             units = [u for u in q.units if allowed is None or any(nm in allowed for nm in u.names)]
             if units:
                 in_scope.append((q, units))
@@ -349,19 +380,35 @@ def score(
         scored: list[tuple[QueryRec, list[tuple[UnitRec, tuple[str, ...]]]]] = []
         dropped_qids: list[str] = []
         unresolved_units = 0
+        # Queries whose positions cannot come from the stored table: a shared name makes
+        # precision-type figures need the matching, and --shared-with narrows a group to
+        # its shared names (stored positions were computed with all of them).
+        affected: list[tuple[int, str, list[tuple[str, ...]]]] = []
+        overlapping = 0
         for q, units in in_scope:
             keep = [(u, names) for u, names in resolvable_units(q, present) if u in units]
+            narrowed = False
+            if shared_with:
+                kept = [(u, tuple(nm for nm in names if nm in allowed)) for u, names in keep]
+                narrowed = any(len(a[1]) != len(b[1]) for a, b in zip(kept, keep))
+                keep = [(u, names) for u, names in kept if names]
             unresolved_units += len(units) - len(keep)
             if keep:
                 scored.append((q, keep))
+                overlap = has_overlap([names for _, names in keep])
+                overlapping += overlap
+                if overlap or narrowed:
+                    affected.append((q.id, q.sha, [names for _, names in keep]))
             else:
                 dropped_qids.append(q.qid)
         n, dropped = len(scored), len(dropped_qids)
-        scope_desc.update({"in_scope": len(in_scope), "dropped_qids": dropped_qids, "unresolved_units": unresolved_units})
+        scope_desc.update({"in_scope": len(in_scope), "dropped_qids": dropped_qids, "unresolved_units": unresolved_units,
+                           "overlapping_units": overlapping})
 
         scope_shas = sorted({q.sha for q, _ in in_scope})
         refs = _select_systems(_find_systems(s, scope_shas), systems)
         snap_names = _snapshot_names(s, snapshots or {}, refs, gold)
+        sample_of = {ref.id: _sample_of(s, ref, samples, scope_shas) for ref in refs}
         ids = {r.id for r in refs}
         for pair in pairs:
             for w in pair:
@@ -369,10 +416,16 @@ def score(
                     raise InputError(f"--compare: no system {w!r} in this scoring run (systems: {', '.join(sorted(ids)) or 'none'})")
 
     boot = Bootstrap.draw(n, resamples=resamples, seed=seed)
-    scored_queries = [q for q, _ in scored]
     # Resolve and store positions per system (one transaction each), then read them back.
     system_scores: list[SystemScore] = []
     for ref in refs:
+        # A row crawled on a sample only is scored on its own sample: its own n and intervals.
+        mine, mine_boot, mine_dropped = scored, boot, dropped
+        if sample_of[ref.id] is not None:
+            members = dict(samples.get(ref.engine, []))[sample_of[ref.id]]
+            mine = [(q, u) for q, u in scored if q.sha in members]
+            mine_dropped = sum(1 for q, _ in in_scope if q.sha in members) - len(mine)
+            mine_boot = Bootstrap.draw(len(mine), resamples=resamples, seed=seed)
         try:
             with db.session() as s, s.begin():
                 changed = resolve_hits(s, corp.id, ref.config_id, ref.epoch, scope_shas)
@@ -386,23 +439,35 @@ def score(
             pass
         with db.session() as s:
             stored = read_positions(s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
-                                    query_ids=[q.id for q in scored_queries])
-            res_counts = resolution_counts(s, corp.id, ref.config_id, ref.epoch, sorted({q.sha for q in scored_queries}), k_max)
-            latencies = _latencies(s, ref, sorted({q.sha for q in scored_queries}))
-            res_counts = {**res_counts, "dropped_items": _dropped_items(s, ref, sorted({q.sha for q in scored_queries}))}
+                                    query_ids=[q.id for q, _ in mine])
+            res_counts = resolution_counts(s, corp.id, ref.config_id, ref.epoch, sorted({q.sha for q, _ in mine}), k_max)
+            latencies = _latencies(s, ref, sorted({q.sha for q, _ in mine}))
+            res_counts = {**res_counts, "dropped_items": _dropped_items(s, ref, sorted({q.sha for q, _ in mine}))}
+            extra = recompute(s, config_id=ref.config_id, epoch=ref.epoch, affected=affected, k_max=k_max)
         system_scores.append(
-            _score_system(ref, scored, stored, boot, profile, k_max, dropped, res_counts, latencies,
-                          snap_names.get(ref.id), gold, present, bench.task)
+            _score_system(ref, mine, stored, mine_boot, profile, k_max, mine_dropped, res_counts, latencies,
+                          snap_names.get(ref.id), gold, present, bench.task,
+                          recomputed=extra, affected={qid for qid, _, _ in affected}, pool_size=corp.row_count,
+                          sample=sample_of[ref.id])
         )
 
     comparisons = []
     for a_id, b_id in pairs:  # ids were checked against refs before scoring
         sa_, sb_ = (next(x for x in system_scores if x.ref.id == w) for w in (a_id, b_id))
+        # The queries both rows are scored on (a sampled row: its own sample), aligned.
+        ia = {qid: i for i, qid in enumerate(sa_.qids)}
+        ib = {qid: i for i, qid in enumerate(sb_.qids)}
+        common = [qid for qid in sa_.qids if qid in ib]
+        idx_a = np.asarray([ia[q] for q in common], dtype=np.int64)
+        idx_b = np.asarray([ib[q] for q in common], dtype=np.int64)
+        pboot = boot if len(common) == n and len(sa_.qids) == len(sb_.qids) == n else Bootstrap.draw(
+            len(common), resamples=resamples, seed=seed)
         for metric in sa_.arrays:
-            if metric not in sb_.arrays:
+            if metric not in sb_.arrays or not len(common):
                 continue
-            pr = boot.paired(sa_.arrays[metric], sb_.arrays[metric])
-            comparisons.append({"a": a_id, "b": b_id, "metric": metric, "diff": pr.diff, "ci": list(pr.ci), "p": pr.p})
+            pr = pboot.paired(sa_.arrays[metric][idx_a], sb_.arrays[metric][idx_b])
+            comparisons.append({"a": a_id, "b": b_id, "metric": metric, "diff": pr.diff, "ci": list(pr.ci), "p": pr.p,
+                                "n": len(common)})
 
     multi = any(len(u) > 1 for _, u in scored) or bench.task != "theorem-search"
     if profile == "main":
@@ -432,7 +497,47 @@ def score(
         comparisons=comparisons,
         scope=scope_desc,
         table_metrics=tuple(table),
+        overlapping_units=overlapping,
     )
+
+
+def _samples(session: sa.orm.Session, bench: str) -> dict[str, list[tuple[str, set[str]]]]:
+    """engine → its sampled-crawl subsets of this benchmark (name, query sha256s), smallest first."""
+    from crawler.plan import SAMPLE_PREFIX, parse_sample_name
+
+    out: dict[str, list[tuple[int, str, set[str]]]] = {}
+    for sub in session.execute(
+        sa.select(Subset).where(Subset.name.like(SAMPLE_PREFIX + "%"), Subset.member_kind == "query_sha256")
+    ).scalars():
+        parsed = parse_sample_name(sub.name)
+        if parsed is None or (sub.meta or {}).get("bench", bench) != bench:
+            continue
+        members = set(session.execute(sa.select(SubsetMember.member).where(SubsetMember.subset_id == sub.id)).scalars())
+        out.setdefault(parsed[0], []).append((len(members), sub.name, members))
+    return {eng: [(name, m) for _, name, m in sorted(v, key=lambda t: (t[0], t[1]))] for eng, v in out.items()}
+
+
+def _sample_of(
+    session: sa.orm.Session, ref: SystemRef, samples: dict[str, list[tuple[str, set[str]]]], scope_shas: Sequence[str]
+) -> str | None:
+    """The smallest sample of the row's engine holding every in-scope text it answered, when
+    the row answered nothing outside its samples (a full crawl is not a sampled row)."""
+    mine = samples.get(ref.engine)
+    if not mine:
+        return None
+    a = Answer.__table__
+    answered: set[str] = set()
+    for chunk in _chunks(list(scope_shas)):
+        answered.update(session.execute(
+            sa.select(a.c.query_sha256).where(a.c.config_id == ref.config_id, a.c.epoch == ref.epoch,
+                                              a.c.query_sha256.in_(chunk), ~a.c.superseded)
+        ).scalars())
+    if not answered:
+        return None
+    for name, members in mine:
+        if answered <= members:
+            return name
+    return None
 
 
 def _pairs(compare: Any) -> list[tuple[str, str]]:
@@ -513,16 +618,31 @@ def _score_system(
     gold: set[str],
     present: set[str],
     task: str,
+    recomputed: dict[int, tuple[list[int | None], list[int]]] | None = None,
+    affected: set[int] | None = None,
+    pool_size: int | None = None,
+    sample: str | None = None,
 ) -> SystemScore:
     positions: list[list[int | None]] = []
     kinds: list[list[str]] = []
     n_ret: list[int] = []
     answered: list[bool] = []
+    credits: list[list[int] | None] = []
+    recomputed, affected = recomputed or {}, affected or set()
     for q, units in scored:
         entry = stored.get(q.id)
-        answered.append(entry is not None)
-        upos, nr = entry if entry is not None else ({}, 0)
-        positions.append([upos.get(u.id) for u, _ in units])
+        nr = entry[1] if entry is not None else 0
+        if q.id in affected:
+            # Recomputed from the answer's hits (scoring.matching); n_retrieved is still stored.
+            got = recomputed.get(q.id)
+            answered.append(got is not None)
+            positions.append(list(got[0]) if got is not None else [None] * len(units))
+            credits.append(list(got[1]) if got is not None else [])
+        else:
+            answered.append(entry is not None)
+            upos = entry[0] if entry is not None else {}
+            positions.append([upos.get(u.id) for u, _ in units])
+            credits.append(None)
         kinds.append([u.kind for u, _ in units])
         n_ret.append(nr)
     unanswered = answered.count(False)
@@ -534,6 +654,8 @@ def _score_system(
         badges.append(f"k≤{cap}")
     if snapshot is not None:
         badges.append("different corpus")
+    if sample is not None:
+        badges.append(f"n={len(scored)} sampled")
     coverage = (len(snapshot) if snapshot is not None else len(present)) / len(gold) if gold else None
     lat = float(np.percentile(latencies, 95)) if latencies else None
     resolution = {"resolved": res_counts.get(RESOLVED, 0), "not_in_corpus": res_counts.get(NOT_IN_CORPUS, 0),
@@ -542,7 +664,7 @@ def _score_system(
     multi = any(len(u) > 1 for _, u in scored) or task != "theorem-search"
 
     if profile == "main":
-        curves = per_query_curves(QueryMatrix.from_lists(positions, kinds), k_max) if scored else None
+        curves = per_query_curves(QueryMatrix.from_lists(positions, kinds, credits), k_max) if scored else None
         names = list(agg.TABLE_METRICS) + list(agg.MULTI_GOLD_EXTRA if multi else agg.SINGLE_GOLD_EXTRA)
         names = [nm for nm in dict.fromkeys(names) if agg.canonical(nm)[1] is None or agg.canonical(nm)[1] <= k_max]
         if curves is None:
@@ -556,11 +678,13 @@ def _score_system(
             arrays = {nm: agg.per_query(curves, nm) for nm in COMPARE_METRICS if agg.defined(nm, cap)}
             bd_values = {nm: agg.per_query(curves, nm) for nm in ("nDCG@10", "R@10") if 10 <= k_max}
         per_query = {
-            q.qid: {"positions": ps, "rr": float(curves.rr[i]) if curves is not None else 0.0, "answered": answered[i]}
+            q.qid: {"positions": ps, "rr": float(curves.rr[i]) if curves is not None else 0.0, "answered": answered[i],
+                    **({"credited": credits[i]} if credits[i] is not None else {})}
             for i, ((q, _), ps) in enumerate(zip(scored, positions))
         }
     else:
-        rows = [profile_query(profile, ps, nr) for ps, nr in zip(positions, n_ret)]
+        rows = [profile_query(profile, ps, nr, answered=ok, pool_size=pool_size)
+                for ps, nr, ok in zip(positions, n_ret, answered)]
         keys = MAMUT_METRICS if profile == "mamut" else SKLEARN_METRICS
         arrays = {key: np.asarray([r[key] for r in rows], dtype=np.float64) for key in keys}
         metrics = {}
@@ -580,7 +704,7 @@ def _score_system(
     return SystemScore(
         ref=ref, n=len(scored), dropped=dropped, unanswered=unanswered, badges=badges, latency_p95_ms=lat,
         resolution=resolution, coverage=coverage, metrics=metrics, curves=curve_json, pr=pr_json,
-        breakdowns=breakdowns, per_query=per_query, arrays=arrays,
+        breakdowns=breakdowns, per_query=per_query, arrays=arrays, qids=[q.qid for q, _ in scored], sample=sample,
     )
 
 

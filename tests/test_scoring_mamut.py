@@ -72,12 +72,13 @@ def test_mamut_card_recipe_by_hand(data):
         labels = [int(pool[q][f]) for f in ranked]
         got[q] = mamut_query(labels, sum(pool[q].values()))
     p = got["Pythagorean Theorem"]  # labels 0 1 0 1, |gold| = 3
-    assert p["P@10"] == 0.5  # 2 relevant / min(10, 4 returned)
+    # Issue 15: the card's recipe divides by 10 (it was 2 / min(10, 4 returned) = 0.5).
+    assert p["P@10"] == 0.2
     assert p["nDCG"] == pytest.approx((1 / math.log2(3) + 1 / math.log2(5)) / (1 + 1 / math.log2(3) + 0.5))
     assert p["AP"] == pytest.approx((1 / 2 + 2 / 4) / 3)
     assert p["precision"] == 0.5 and p["recall"] == pytest.approx(2 / 3) and p["F1"] == pytest.approx(4 / 7)
     b = got["Binomial Formula"]  # labels 1 0, |gold| = 2
-    assert b["P@10"] == 0.5 and b["AP"] == 0.5
+    assert b["P@10"] == 0.1 and b["AP"] == 0.5
     assert b["nDCG"] == pytest.approx(1 / (1 + 1 / math.log2(3)))
     assert b["precision"] == b["recall"] == b["F1"] == 0.5
 
@@ -140,8 +141,34 @@ def test_profiles_from_stored_positions():
     # Positions [2, None, 4] with 4 returned = the Pythagoras run above.
     assert labels_from_positions([2, None, 4], 4) == [0, 1, 0, 1]
     r = profile_query("mamut", [2, None, 4], 4)
-    assert r["AP"] == pytest.approx(1 / 3) and r["P@10"] == 0.5 and r["recall"] == pytest.approx(2 / 3)
+    assert r["AP"] == pytest.approx(1 / 3) and r["P@10"] == 0.2 and r["recall"] == pytest.approx(2 / 3)
     s = profile_query("mamut-sklearn", [2, None, 4], 4)
     assert s["AP"] == pytest.approx(1 / 6 + 1 / 6 + (1 / 3) * (3 / 5))  # tail = the one missing gold
     with pytest.raises(ValueError, match="unknown MAMUT profile"):
         profile_query("mamut-x", [1], 1)
+
+
+def test_mamut_sklearn_unanswered_or_empty_scores_zero():
+    # Before issue 15 an empty list left the golds as an all-tied pool: nDCG = AP = 1.0.
+    assert sklearn_query([], 2) == {"nDCG": 1.0, "AP": 1.0}  # the raw reading, kept as the oracle does
+    assert profile_query("mamut-sklearn", [None, None], 0) == {"nDCG": 0.0, "AP": 0.0}
+    assert profile_query("mamut-sklearn", [None], 0, answered=False, pool_size=50) == {"nDCG": 0.0, "AP": 0.0}
+    # An answered list with no gold still ranks the tail: the pool decides.
+    r = profile_query("mamut-sklearn", [None], 3, pool_size=10)
+    # returned 3 non-golds; tail = 1 gold + 6 negatives tied over slots 4…10.
+    tail_dcg = (1 / 7) * sum(1 / math.log2(i + 1) for i in range(4, 11))
+    assert r["nDCG"] == pytest.approx(tail_dcg)
+    assert r["AP"] == pytest.approx(1 / 10)
+
+
+def test_mamut_sklearn_pool_is_the_whole_corpus_and_matches_sklearn():
+    from sklearn.metrics import average_precision_score, ndcg_score
+
+    # Positions [2, None, 4] with 4 returned, pool of 12 corpus rows: 12 - 4 - 1 = 7 tail negatives.
+    r = profile_query("mamut-sklearn", [2, None, 4], 4, pool_size=12)
+    y = [0, 1, 0, 1] + [1] + [0] * 7
+    score = [4.0, 3.0, 2.0, 1.0] + [0.0] * 8
+    assert r["AP"] == pytest.approx(average_precision_score(y, score), abs=1e-12)
+    assert r["nDCG"] == pytest.approx(ndcg_score([y], [score]), abs=1e-12)
+    # Tail negatives cost: the same run on a bigger pool scores lower.
+    assert profile_query("mamut-sklearn", [2, None, 4], 4, pool_size=1000)["AP"] < r["AP"]

@@ -60,6 +60,11 @@ def crawl_cmd(
     url: list[str] = typer.Option(None, "--url", help="Base URL override ENGINE=URL (e.g. a stand-in); repeatable."),
     num_results: Optional[int] = typer.Option(None, "--num-results", min=1, help="Results requested per query (a new configuration)."),
     all_styles: bool = typer.Option(False, "--all-styles", help="Also send non-primary styles (MathlibMPR formal statements)."),
+    sample: Optional[int] = typer.Option(
+        None, "--sample", min=1,
+        help="Crawl only a deterministic sample of N texts, stratified by style; a larger N later keeps these (subset sample:ENGINE:SEED:N).",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of --sample's permutation."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Send again texts that failed permanently (4xx, engine error)."),
     max_attempts: int = typer.Option(5, "--max-attempts", min=1, help="Attempts per request (retries on 408/429/5xx/transport)."),
     backoff: float = typer.Option(2.0, "--backoff", min=0.0, help="First retry backoff in seconds (doubles, jittered, max 60 s)."),
@@ -93,7 +98,7 @@ def crawl_cmd(
     opts = CrawlOptions(
         engines=names, bench=bench, rates=rates, urls=urls, num_results=num_results, limit=limit,
         deadline=parse_duration(deadline) if deadline else None, refresh=refresh, all_styles=all_styles,
-        retry_failed=retry_failed, lease_ttl=lease_ttl, timeout=timeout, margin=margin,
+        retry_failed=retry_failed, lease_ttl=lease_ttl, timeout=timeout, margin=margin, sample=sample, seed=seed,
         policy=RetryPolicy(max_attempts=max_attempts, backoff_initial=backoff, breaker_threshold=breaker),
     )
     db = get_db(ctx)
@@ -177,6 +182,38 @@ def status_cmd(
     if not configs:
         info("no remote engine configurations yet; run `engines crawl ENGINE --bench B`")
     out_console.print(table)
+    samples = _sample_table(db, bench)
+    if samples is not None:
+        out_console.print(samples)
+
+
+def _sample_table(db, bench: str | None) -> Table | None:
+    """The sampled subsets (``engines crawl E --sample N``): how much of each is answered."""
+    from crawler.plan import SAMPLE_PREFIX, current_epoch, parse_sample_name
+    from store.models import Answer, EngineConfig, Subset, SubsetMember
+
+    with db.session() as s:
+        subs = [
+            sub for sub in s.execute(sa.select(Subset).where(Subset.name.like(SAMPLE_PREFIX + "%")).order_by(Subset.name)).scalars()
+            if parse_sample_name(sub.name) and (not bench or (sub.meta or {}).get("bench") == bench)
+        ]
+        if not subs:
+            return None
+        table = Table("sample subset", "benchmark", "config", "epoch", "answered", title="sampled crawls", title_justify="left")
+        for sub in subs:
+            engine, _, n = parse_sample_name(sub.name)
+            members = sa.select(SubsetMember.member).where(SubsetMember.subset_id == sub.id)
+            cfgs = list(s.execute(sa.select(EngineConfig).where(EngineConfig.engine == engine).order_by(EngineConfig.id)).scalars())
+            for cfg in cfgs or [None]:
+                if cfg is None:
+                    table.add_row(escape(sub.name), escape(str((sub.meta or {}).get("bench", "-"))), "-", "-", f"0/{n}")
+                    continue
+                epoch = current_epoch(db, cfg.id)
+                done = s.scalar(sa.select(sa.func.count(sa.distinct(Answer.query_sha256))).where(
+                    Answer.config_id == cfg.id, Answer.epoch == epoch, Answer.query_sha256.in_(members))) or 0
+                table.add_row(escape(sub.name), escape(str((sub.meta or {}).get("bench", "-"))), escape(cfg.label),
+                              str(epoch), f"{done}/{n}")
+    return table
 
 
 def _statements(sql: str) -> int:

@@ -30,9 +30,38 @@ def build_score_json(
     """Score ``bench`` with the project's one scorer and return the engines.score/1 dict."""
     from scoring.results import score  # the scorer (issue 5)
 
+    from scoring.published import attach
+
     result = score(db, bench, corpus=corpus, subset=subset, systems=systems or None, compare=compare,
                    profile=profile)
-    return result.to_json()
+    doc = attach(result.to_json())
+    doc["slices"] = engine_slices(db, bench, corpus=corpus, subset=subset, systems=systems, profile=profile)
+    return doc
+
+
+def engine_slices(db: Any, bench: str, **kw: Any) -> list[dict[str, Any]]:
+    """Every engine-subset view of this benchmark: each sampled engine's queries, every row."""
+    import sqlalchemy as sa
+
+    from crawler.plan import SAMPLE_PREFIX, parse_sample_name
+    from scoring.results import score
+    from store.benchmarks import find_benchmark
+    from store.models import Subset
+
+    name = find_benchmark(db, bench).name
+    with db.session() as s:
+        subs = [(sub.name, sub.meta or {}) for sub in s.execute(
+            sa.select(Subset).where(Subset.name.like(SAMPLE_PREFIX + "%"))).scalars()]
+    engines = sorted({parse_sample_name(n)[0] for n, meta in subs if parse_sample_name(n) and meta.get("bench") == name})
+    out = []
+    for engine in engines:
+        doc = score(db, bench, corpus=kw.get("corpus"), subset=kw.get("subset"), systems=kw.get("systems") or None,
+                    profile=kw.get("profile", "main"), slice=f"engine-subset:{engine}").to_json()
+        sl = doc["scope"]["slice"]
+        out.append({"name": sl["name"], "subset": sl["subset"], "n_queries": doc["benchmark"]["n_queries"],
+                    "systems": [{k: v for k, v in sys_.items() if k not in ("per_query", "curves", "pr")}
+                                for sys_ in doc["systems"]]})
+    return out
 
 
 def read_score_json(path: Path) -> dict[str, Any]:

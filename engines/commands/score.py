@@ -83,13 +83,30 @@ def _breakdown_table(doc: dict, dim: str) -> Table | None:
     return table
 
 
+def _published_table(doc: dict, src: dict) -> Table:
+    """Reference rows: never ranked with the measured rows; blank where the source is silent."""
+    cols = [m for m in doc["table_metrics"] if any(m in r["metrics"] for r in src["rows"])]
+    extra = sorted({m for r in src["rows"] for m in r["metrics"]} - set(cols))
+    title = (f"published (reference, not ranked): {src['source']}, {src['table']} [{src['ref']}] · "
+             f"{src['slice']} · corpus: {src['corpus']} · transcribed {src['transcribed']}")
+    table = Table(title=escape(title), title_justify="left")
+    table.add_column("system")
+    for m in cols + extra:
+        table.add_column(m, justify="right")
+    for r in src["rows"]:
+        table.add_row(escape(r["system"]) + " [dim](published)[/dim]",
+                      *["" if r["metrics"].get(m) is None else f"{r['metrics'][m]:.3f}" for m in cols + extra])
+    return table
+
+
 def _comparison_table(doc: dict) -> Table:
-    table = Table(title="paired bootstrap: A − B", title_justify="left")
-    for c in ("A", "B", "metric", "diff", "95% CI", "p"):
+    table = Table(title="paired bootstrap: A − B (on the queries both rows are scored on)", title_justify="left")
+    for c in ("A", "B", "metric", "n", "diff", "95% CI", "p"):
         table.add_column(c, justify="left" if c in ("A", "B", "metric") else "right")
     for c in doc["comparisons"]:
         lo, hi = c["ci"]
-        table.add_row(escape(c["a"]), escape(c["b"]), c["metric"], f"{c['diff']:+.3f}", f"[{lo:+.3f}, {hi:+.3f}]", f"{c['p']:.3f}")
+        table.add_row(escape(c["a"]), escape(c["b"]), c["metric"], str(c.get("n", "")), f"{c['diff']:+.3f}",
+                      f"[{lo:+.3f}, {hi:+.3f}]", f"{c['p']:.3f}")
     return table
 
 
@@ -113,6 +130,12 @@ def register(app: typer.Typer) -> None:
         profile: str = typer.Option("main", "--profile", help="main | mamut | mamut-sklearn (MAMUT numbers are not comparable to main)."),
         json_path: Optional[Path] = typer.Option(None, "--json", help="Write the full result (curves, CIs, per-query positions) as JSON."),
         trec_dir: Optional[Path] = typer.Option(None, "--trec", help="Write qrels.txt and one run file per system into this directory."),
+        slice_: Optional[str] = typer.Option(
+            None, "--slice", help="engine-subset:ENGINE: score every row on that engine's sampled queries (engines crawl --sample)."
+        ),
+        published: bool = typer.Option(
+            False, "--published", help="Also print the published reference rows that apply (BENCHMARKS.md §9), never ranked."
+        ),
     ) -> None:
         """Score every system on a benchmark: leaderboard table, CIs, optional JSON / TREC export."""
         from scoring.results import score, write_json
@@ -130,9 +153,13 @@ def register(app: typer.Typer) -> None:
         result = score(
             db, bench, corpus=corpus, subset=subset, systems=system or None, by=by or None,
             compare=tuple(compare) if compare and compare[0] else None, profile=profile,
-            shared_with=shared_with or None, snapshots=snapshots or None, styles=style or None,
+            shared_with=shared_with or None, snapshots=snapshots or None, styles=style or None, slice=slice_,
         )
         doc = result.to_json()
+        if published:
+            from scoring.published import attach
+
+            attach(doc)
         # Piped output (files, CI logs) gets a wide console so no column is squeezed to "…".
         console = out_console if out_console.is_terminal else Console(width=240, highlight=False)
         if doc["banner"]:
@@ -147,6 +174,9 @@ def register(app: typer.Typer) -> None:
             info("no system has answers for these queries yet (crawl or run a local engine first)")
         else:
             console.print(_main_table(doc))
+            if doc.get("overlapping_units"):
+                info(f"note: {doc['overlapping_units']} scored queries have premise groups sharing a name; there P@k, "
+                     "nDCG and AP credit each returned row to one group (maximum matching), R@k and Covered count every group")
             for dim in by:
                 t = _breakdown_table(doc, dim)
                 if t is not None:
@@ -155,11 +185,31 @@ def register(app: typer.Typer) -> None:
                     info(f"--by {dim}: this benchmark's queries carry no {dim}")
             if doc["comparisons"]:
                 console.print(_comparison_table(doc))
+        if published:
+            if not doc["published"]:
+                info("--published: no published numbers were computed on this query set (they apply to mathlibqr "
+                     "--subset shared171, full mathlibqr and mathlibmpr, main profile)")
+            for src in doc["published"]:
+                console.print(_published_table(doc, src))
         if json_path is not None:
-            write_json(result, json_path)
+            if published:
+                _write_doc(doc, json_path)
+            else:
+                write_json(result, json_path)
             info(f"wrote {json_path}")
         if trec_dir is not None:
             from scoring.export import export_trec
 
             paths = export_trec(db, result, trec_dir)
             info(f"wrote {len(paths)} TREC files to {trec_dir}")
+
+
+def _write_doc(doc: dict, path: Path) -> None:
+    """The score JSON with the published block, written atomically like write_json."""
+    import json
+
+    if path.parent and not path.parent.exists():
+        raise InputError(f"directory {path.parent} for --json {path} does not exist; create it first")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    tmp.replace(path)
