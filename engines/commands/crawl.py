@@ -177,6 +177,60 @@ def status_cmd(
     if not configs:
         info("no remote engine configurations yet; run `engines crawl ENGINE --bench B`")
     out_console.print(table)
+    for line in host_lines(db, configs) + drop_lines(db, configs):
+        out_console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _hhmm(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M")
+
+
+def host_lines(db, configs, now: float | None = None) -> list[str]:  # noqa: ANN001
+    """One line per engine whose host is in an outage or paused (times UTC)."""
+    import time
+    from urllib.parse import urlsplit
+
+    from engines.registry import ENGINES
+    from store.models import HostState
+
+    now = time.time() if now is None else now
+    names: dict[str, list[str]] = {}
+    for cfg in configs:
+        cls = ENGINES.get(cfg.engine)
+        url = (cfg.params or {}).get("base_url") or (cls.DEFAULT_URL if cls is not None else "")
+        host = urlsplit(url).netloc
+        if host and cfg.engine not in names.setdefault(host, []):
+            names[host].append(cfg.engine)
+    with db.session() as s:
+        rows = s.execute(sa.select(HostState.host, HostState.paused_until, HostState.outage_since,
+                                   HostState.outage_reason)).all()
+    out = []
+    for host, paused, since, reason in rows:
+        who = ", ".join(names.get(host, [])) or host
+        if since is not None:
+            nxt = f", next try {_hhmm(paused)}" if paused is not None and paused > now else ", next try now"
+            out.append(f"{who}: outage since {_hhmm(since)}{nxt} (UTC; {reason})")
+        elif paused is not None and paused > now:
+            out.append(f"{who}: paused until {_hhmm(paused)} (UTC; the server's Retry-After)")
+    return out
+
+
+def drop_lines(db, configs) -> list[str]:  # noqa: ANN001
+    """Per configuration: items its parser dropped (tolerant parse) in current answers."""
+    from store.models import Answer
+
+    out = []
+    with db.session() as s:
+        for cfg in configs:
+            n, answers = s.execute(
+                sa.select(sa.func.coalesce(sa.func.sum(Answer.dropped_items), 0), sa.func.count())
+                .where(Answer.config_id == cfg.id, ~Answer.superseded, Answer.dropped_items > 0)
+            ).one()
+            if n:
+                out.append(f"{cfg.label}: {n} item(s) dropped by the parser in {answers} answer(s)")
+    return out
 
 
 def _statements(sql: str) -> int:
