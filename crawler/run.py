@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from crawler.fetch import EngineBroken, Fetcher, RetryPolicy, write_answers
 from crawler.pacing import DbLedger, DeadlineReached, Pacer, SystemClock
 from crawler.plan import Counts, WorkQueue, benchmark_texts, current_epoch
-from engines.base import EngineHTTPError, EngineParseError, Rate, config_hash
+from engines.base import EngineHTTPError, EngineOutage, EngineParseError, Rate, config_hash
 from store.errors import UserError
 from store.models import Crawl, Exchange, ParseOutcome
 from store.types import utcnow
@@ -366,10 +366,12 @@ def recover_unparsed(db, eng: _Engine, *, min_age: float) -> int:
             parsed = eng.adapter.parse(list(texts), status, headers or {}, body or b"")
             if len(parsed) != len(texts):
                 raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
-        except (EngineParseError, EngineHTTPError) as exc:
+        except (EngineParseError, EngineHTTPError, EngineOutage) as exc:
+            # An outage body answers nothing: its texts stay due and the crawl sends them again.
+            error = f"outage: {exc}" if isinstance(exc, EngineOutage) else str(exc)
             with db.session() as s, s.begin():
                 s.add(ParseOutcome(exchange_id=ex_id, parser_version=eng.adapter.parser_version, ok=False,
-                                   error=str(exc)))
+                                   error=error))
             continue
         items = [(query_sha256(t), t) for t in texts]
         recovered += len(write_answers(db, eng.adapter.parser_version, eng.config_id, eng.epoch, ex_id, items,

@@ -353,3 +353,119 @@ def _texts(url: str):
             return [(t[0],) for t in s.execute(sa.select(Exchange.query_texts)).scalars()]
     finally:
         db.dispose()
+
+
+class _Killed(BaseException):
+    """Stands in for the process dying mid-batch (not an error the code could handle)."""
+
+
+def test_reparse_killed_mid_batch_loses_nothing_and_mixes_no_versions(any_db_url: str, rows, monkeypatch) -> None:
+    from crawler.reparse import reparse
+    from engines import registry
+
+    _load_mpr(any_db_url)
+    with StandIn("leanexplore", rows, rate=RATE).in_thread() as srv:
+        crawl(any_db_url, {"leanexplore": srv}, limit=20)
+    calls = {"n": 0}
+
+    class DiesAt12(TolerantExplore):
+        def parse(self, texts, status_code, headers, body):
+            calls["n"] += 1
+            if calls["n"] == 12:
+                raise _Killed()
+            return super().parse(texts, status_code, headers, body)
+
+    monkeypatch.setitem(registry.ENGINES, "leanexplore", DiesAt12)
+    db = open_database(any_db_url)
+    try:
+        with pytest.raises(_Killed):
+            reparse(db, batch=5)
+        # Two whole batches landed, the third left no trace.
+        assert table_count(any_db_url, ParseOutcome, ParseOutcome.parser_version == 1001) == 10
+        with db.session() as s:
+            latest = dict(s.execute(
+                sa.select(ParseOutcome.exchange_id, sa.func.max(ParseOutcome.parser_version))
+                .group_by(ParseOutcome.exchange_id)).all())
+            current = s.execute(sa.select(Answer.exchange_id, Answer.parser_version).where(~Answer.superseded)).all()
+        assert len(current) == 20
+        for ex_id, version in current:
+            assert version == latest[ex_id]  # never an old answer beside a new outcome, or the reverse
+        again = reparse(db, batch=5)
+        assert again.results[0].exchanges == 10 and again.results[0].changed == 10
+        assert table_count(any_db_url, Answer, ~Answer.superseded, Answer.parser_version == 1001) == 20
+        assert table_count(any_db_url, Answer, Answer.superseded.is_(True)) == 20
+    finally:
+        db.dispose()
+
+
+def test_crawl_stores_drop_counts_and_in_band_outage_from_the_parser(mpr_url: str, rows, monkeypatch) -> None:
+    from engines import registry
+    from engines.base import EngineOutage
+
+    seen = {"n": 0}
+
+    class RestartsTwice(TolerantExplore):
+        def parse(self, texts, status_code, headers, body):
+            seen["n"] += 1
+            if seen["n"] <= 2:
+                raise EngineOutage("leanexplore: backend restarting")
+            return super().parse(texts, status_code, headers, body)
+
+    monkeypatch.setitem(registry.ENGINES, "leanexplore", RestartsTwice)
+    with StandIn("leanexplore", rows, rate=RATE).in_thread() as srv:
+        summary, rep = crawl(mpr_url, {"leanexplore": srv}, limit=3, policy=FAST)
+    res = summary.results[0]
+    assert res.answered_now == 3 and res.failed_now == 0 and res.outages == 2 and srv.stats.requests == 5
+    db = open_database(mpr_url)
+    try:
+        with db.session() as s:
+            outcomes = s.execute(sa.select(ParseOutcome.ok, ParseOutcome.error, ParseOutcome.dropped_items,
+                                           ParseOutcome.drop_reason).order_by(ParseOutcome.id)).all()
+            drops = list(s.execute(sa.select(Answer.dropped_items)).scalars())
+    finally:
+        db.dispose()
+    assert [o.ok for o in outcomes] == [False, False, True, True, True]
+    assert outcomes[0].error == "outage: leanexplore: backend restarting"
+    assert [(o.dropped_items, o.drop_reason) for o in outcomes[2:]] == [(1, "test: item 3 has no Lean name")] * 3
+    assert drops == [1, 1, 1]
+    assert table_count(mpr_url, WorkLease, WorkLease.status == "failed") == 0
+
+
+# ------------------------------------------------------------ outages and long pauses
+
+
+def test_outage_backoff_grows_is_capped_and_cleared_on_both_ledgers(any_db) -> None:
+    from crawler.pacing import DbLedger, MemoryLedger, outage_backoff
+
+    assert [outage_backoff(c, 30.0, 1800.0, 0.0) for c in (1, 2, 3, 7, 8, 60)] == [30, 60, 120, 1800, 1800, 1800]
+    assert outage_backoff(1, 30.0, 1800.0, 0.999) == pytest.approx(30 * 1.24975)
+    assert outage_backoff(7, 30.0, 1800.0, 0.999) == 1800.0  # the cap holds after the jitter
+    for ledger in (MemoryLedger(), DbLedger(any_db)):
+        now = 1_000.0
+        assert ledger.outage("h", "HTTP 405", now, 30.0, 100.0, 0.0) == (1_030.0, now, 1)
+        assert ledger.outage("h", "HTTP 502", now + 30, 30.0, 100.0, 0.0) == (1_090.0, now, 2)
+        assert ledger.outage("h", "HTTP 502", now + 90, 30.0, 100.0, 0.0) == (1_190.0, now, 3)  # capped at 100
+        assert ledger.paused_until("h") == 1_190.0
+        ledger.clear_outage("h")
+        assert ledger.outage("h", "HTTP 405", 2_000.0, 30.0, 100.0, 0.0) == (2_030.0, 2_000.0, 1)  # a new outage
+        # A longer pause already in place (a Retry-After) is never shortened.
+        ledger.pause("h", 5_000.0)
+        assert ledger.outage("h", "HTTP 405", 2_100.0, 30.0, 100.0, 0.0)[0] == 5_000.0
+
+
+async def test_pause_longer_than_max_wait_or_past_deadline_raises_with_until() -> None:
+    from crawler.pacing import DeadlineReached, MemoryLedger, Pacer
+    from engines.base import Rate
+    from tests.test_pacing import FakeClock
+
+    clock = FakeClock(100.0)
+    ledger = MemoryLedger()
+    ledger.pause("h", 500.0)
+    with pytest.raises(DeadlineReached) as exc:
+        await Pacer("h", Rate(3, 30.0), ledger, clock=clock, max_wait=300.0).acquire()
+    assert exc.value.until == 500.0 and clock.now() == 100.0  # no waiting at all
+    with pytest.raises(DeadlineReached) as exc:
+        await Pacer("h", Rate(3, 30.0), ledger, clock=clock, max_wait=1800.0, deadline=400.0).acquire()
+    assert exc.value.until == 500.0
+    assert await Pacer("h", Rate(3, 30.0), ledger, clock=clock, max_wait=1800.0).acquire() == 500.0
+    assert clock.now() == 500.0  # waited out: within max_wait, no deadline

@@ -1,8 +1,10 @@
 """``engines crawl``, ``engines status`` and ``engines sql``: crawling and inspecting the cache.
 
 Exit codes of ``engines crawl`` (README, "Crawling"): 0 everything due is answered,
-3 work remains (limit, deadline, retries exhausted), 4 an engine was stopped by the
-circuit breaker, 5 another crawler already holds the SQLite cache, 1 any other error.
+3 work remains (limit, deadline, retries exhausted, an outage or a server-requested
+pause the run did not wait out), 4 an engine was stopped by the circuit breaker,
+5 another crawler already holds the SQLite cache, 1 any other error (e.g. a key that
+would go over plain http).
 """
 
 from __future__ import annotations
