@@ -43,6 +43,7 @@ from store.models import Exchange, ParseOutcome, WorkLease
 from store.types import utcnow
 from store.writes import HitRow, add_answer
 
+
 def _hhmm(t: float) -> str:
     import datetime as dt
 
@@ -92,7 +93,7 @@ class _Outage(Exception):
 
 
 class EngineBroken(Exception):
-    """The circuit breaker opened (K consecutive failures) or the server asked for a too-long pause."""
+    """The circuit breaker opened (K consecutive failed attempts; outages and pauses do not count)."""
 
 
 @dataclass
