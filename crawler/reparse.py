@@ -93,17 +93,40 @@ def adapter_for_config(cfg: EngineConfig):
     return adapter
 
 
-def _hits_of(s: Session, answer_id: int) -> list[tuple[int, str, Any]]:
-    return [tuple(r) for r in s.execute(
-        sa.select(Hit.rank, Hit.name, Hit.raw).where(Hit.answer_id == answer_id).order_by(Hit.rank, Hit.id))]
+class _Batch:
+    """What one batch needs from the database, read with a few queries instead of several per
+    exchange: each exchange's latest parse outcome, the current answers of its texts and
+    the hits of those answers. Kept up to date as the batch writes new answers."""
+
+    def __init__(self, s: Session, config_id: int, exchanges: list) -> None:
+        from store.benchmarks import query_sha256
+
+        ids = [ex.id for ex in exchanges]
+        self.prev_ok: dict[int, bool] = {}
+        for ex_id, ok in s.execute(sa.select(ParseOutcome.exchange_id, ParseOutcome.ok)
+                                   .where(ParseOutcome.exchange_id.in_(ids)).order_by(ParseOutcome.id)):
+            self.prev_ok[ex_id] = ok  # the latest outcome wins
+        self.shas = {ex.id: [query_sha256(t) for t in ex.query_texts] for ex in exchanges}
+        wanted = sorted({sha for v in self.shas.values() for sha in v})
+        self.current: dict[tuple[int, str], Answer] = {}
+        for i in range(0, len(wanted), 500):
+            for a in s.execute(sa.select(Answer).where(
+                    Answer.config_id == config_id, Answer.query_sha256.in_(wanted[i:i + 500]),
+                    ~Answer.superseded)).scalars():
+                self.current[(a.epoch, a.query_sha256)] = a
+        in_batch = set(ids)
+        mine = [a.id for a in self.current.values() if a.exchange_id in in_batch]
+        self.hits: dict[int, list[tuple[int, str, Any]]] = {}
+        for i in range(0, len(mine), 500):
+            for aid, rank, name, raw in s.execute(
+                    sa.select(Hit.answer_id, Hit.rank, Hit.name, Hit.raw).where(Hit.answer_id.in_(mine[i:i + 500]))
+                    .order_by(Hit.answer_id, Hit.rank, Hit.id)):
+                self.hits.setdefault(aid, []).append((rank, name, raw))
 
 
-def _reparse_exchange(s: Session, adapter, res: ConfigReparse, ex, touched: set[int]) -> None:
-    from store.benchmarks import query_sha256
-
+def _reparse_exchange(s: Session, adapter, res: ConfigReparse, ex, touched: set[int], b: _Batch) -> None:
     version = adapter.parser_version
-    prev_ok = s.scalar(sa.select(ParseOutcome.ok).where(ParseOutcome.exchange_id == ex.id)
-                       .order_by(ParseOutcome.id.desc()).limit(1))
+    prev_ok = b.prev_ok.get(ex.id)
     texts = list(ex.query_texts)
     outage = False
     try:
@@ -116,20 +139,16 @@ def _reparse_exchange(s: Session, adapter, res: ConfigReparse, ex, touched: set[
     except (EngineParseError, EngineHTTPError) as exc:
         parsed, error = None, str(exc)
     res.exchanges += 1
-    shas = [query_sha256(t) for t in texts]
-    current = {
-        a.query_sha256: a
-        for a in s.execute(sa.select(Answer).where(
-            Answer.config_id == ex.config_id, Answer.epoch == ex.epoch, Answer.query_sha256.in_(shas),
-            ~Answer.superseded)).scalars()
-    }
+    shas = b.shas[ex.id]
     if parsed is None:
         s.add(ParseOutcome(exchange_id=ex.id, parser_version=version, ok=False, error=error))
         if prev_ok:
             res.newly_failed += 1
-        mine = [a for a in current.values() if a.exchange_id == ex.id]
+        mine = {sha: a for sha in shas if (a := b.current.get((ex.epoch, sha))) is not None and a.exchange_id == ex.id}
         if mine:
-            s.execute(sa.update(Answer).where(Answer.id.in_([a.id for a in mine])).values(superseded=True))
+            s.execute(sa.update(Answer).where(Answer.id.in_([a.id for a in mine.values()])).values(superseded=True))
+            for sha in mine:
+                del b.current[(ex.epoch, sha)]
             res.unanswered += len(mine)
             touched.add(ex.epoch)
         if outage:
@@ -147,17 +166,18 @@ def _reparse_exchange(s: Session, adapter, res: ConfigReparse, ex, touched: set[
     if not prev_ok:
         res.newly_parsed += 1
     done: set[str] = set()
+    answered: list[str] = []
     for text, sha, hits, dropped in zip(texts, shas, parsed, drops):
         if sha in done:
             continue  # the same text twice in one batch: one answer
         done.add(sha)
         new = [(h.rank, h.name, h.raw) for h in hits]
-        cur = current.get(sha)
+        cur = b.current.get((ex.epoch, sha))
         fetched_at = ex.finished_at or ex.sent_at
         if cur is not None:
             if cur.exchange_id != ex.id:
                 continue  # answered from another exchange: fetch once, the first answer stays
-            old = _hits_of(s, cur.id)
+            old = b.hits.get(cur.id, [])
             if old == new and cur.dropped_items == dropped:
                 cur.parser_version = version
                 continue
@@ -167,6 +187,7 @@ def _reparse_exchange(s: Session, adapter, res: ConfigReparse, ex, touched: set[
             s.execute(sa.update(Answer).where(Answer.id == cur.id).values(superseded=True))
         else:
             res.answered += 1
+            answered.append(sha)
         answer = add_answer(
             s, config_id=ex.config_id, query_text=text, query_sha256=sha,
             hits=[HitRow(rank=r, name=n, raw=raw) for r, n, raw in new], epoch=ex.epoch, exchange_id=ex.id,
@@ -175,10 +196,12 @@ def _reparse_exchange(s: Session, adapter, res: ConfigReparse, ex, touched: set[
         )
         # When the bytes were fetched, not when they were re-read (drift studies use it).
         answer.fetched_at = fetched_at
+        b.current[(ex.epoch, sha)] = answer
+        b.hits[answer.id] = new
         touched.add(ex.epoch)
-        if cur is None:
-            s.execute(sa.delete(WorkLease).where(
-                WorkLease.config_id == ex.config_id, WorkLease.epoch == ex.epoch, WorkLease.query_sha256 == sha))
+    if answered:
+        s.execute(sa.delete(WorkLease).where(
+            WorkLease.config_id == ex.config_id, WorkLease.epoch == ex.epoch, WorkLease.query_sha256.in_(answered)))
 
 
 def _pending_ids(db, config_id: int, version: int) -> list[int]:
@@ -225,9 +248,11 @@ def reparse(
                 s = dry if dry is not None else db.session()
                 try:
                     touched: set[int] = set()
-                    for ex in s.execute(sa.select(Exchange).where(Exchange.id.in_(ids[i:i + batch]))
-                                        .order_by(Exchange.id)).scalars():
-                        _reparse_exchange(s, adapter, res, ex, touched)
+                    exchanges = list(s.execute(sa.select(Exchange).where(Exchange.id.in_(ids[i:i + batch]))
+                                               .order_by(Exchange.id)).scalars())
+                    loaded = _Batch(s, cfg.id, exchanges)
+                    for ex in exchanges:
+                        _reparse_exchange(s, adapter, res, ex, touched, loaded)
                     for epoch in touched:
                         # Stored positions of this system are stale now: the scorer rebuilds them.
                         s.execute(sa.delete(Position).where(Position.config_id == cfg.id, Position.epoch == epoch))

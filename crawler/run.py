@@ -463,8 +463,8 @@ def _pause_line(db, eng: _Engine, until: float | None) -> tuple[str, str] | None
     """("outage" | "paused", one line) when a host pause is what stopped this engine."""
     paused, since, reason = host_pause(db, eng.adapter.host)
     now = time.time()
-    if paused is None or paused <= now:
-        return None
+    if paused is None or paused <= now or (until is not None and paused < until - 0.001):
+        return None  # not paused, or the pacing window (not the pause) was what came after the deadline
     if since is not None:
         return "outage", (f"error: {eng.name}: outage since {_hhmm(since)} ({reason}), next try {_hhmm(paused)}: "
                           "not within this run; its texts stay due, run again later")
