@@ -433,8 +433,8 @@ async def _crawl_engine(
         res.stopped = "deadline"
         line = await asyncio.to_thread(_pause_line, db, eng, exc.until)
         if line is not None:
-            res.stopped, res.stop_line = line
-            reporter.log(res.stop_line)
+            res.stopped, res.stop_line = line  # printed once, in the summary
+            reporter.log(f"{eng.name}: stopped for this run ({res.stopped}); other engines continue")
     finally:
         res.attempts = fetcher.attempts
         res.exchanges = fetcher.exchanges

@@ -168,7 +168,7 @@ def test_long_retry_after_is_kept_across_a_kill(any_db_url: str, rows) -> None:
         _, err = again.communicate(timeout=60)
         assert again.returncode == 3, err
         until = time.strftime("%H:%M", time.gmtime(st.paused_until))
-        assert f"error: leanexplore: paused until {until} UTC" in err
+        assert err.count(f"error: leanexplore: paused until {until} UTC") == 1
         assert srv.stats.requests == 1  # nothing sent inside the pause
         out = runner.invoke(app, ["status", "--bench", "mathlibmpr"], env={"ENGINES_DATABASE_URL": any_db_url})
         assert f"leanexplore: paused until {until}" in out.stdout
@@ -192,7 +192,8 @@ def test_retry_after_past_the_deadline_stops_that_engine_only(mpr_url: str, rows
         assert by["leanexplore"].stopped == "paused" and paused.stats.requests == 1
         assert by["leanexplore"].counts.failed == 0
         assert by["leansearch"].counts.answered == N_MPR and by["leansearch"].stopped is None
-        assert any(line.startswith("error: leanexplore: paused until") for line in rep.lines)
+        assert by["leanexplore"].stop_line.startswith("error: leanexplore: paused until")
+        assert by["leanexplore"].stop_line in summary_lines(summary)
 
 
 # --------------------------------------------------------------------- keys over TLS
