@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError
-from store.errors import InputError
+from store.errors import InputError, UserError
 from store.models import Answer, EngineConfig, Exchange, Hit, ParseOutcome, Position, WorkLease
 from store.writes import HitRow, add_answer
 
@@ -261,6 +262,12 @@ def reparse(
                         s.commit()
                     else:
                         s.expunge_all()
+                except IntegrityError:
+                    s.rollback()
+                    raise UserError(
+                        f"reparse: answers of {cfg.label!r} were written meanwhile (a crawl is running?); "
+                        "nothing of this batch was written: run `engines reparse` again when the crawl is done"
+                    ) from None
                 finally:
                     if dry is None:
                         s.close()
