@@ -209,7 +209,8 @@ def test_key_never_sent_over_plain_http(mpr_url: str, monkeypatch) -> None:
     assert res.exit_code == 1
     assert res.stderr.startswith("error: leanexplore: refusing to send a credential (ENGINES_LEANEXPLORE_API_KEY)")
     assert res.stderr.count("\n") == 1 and "k-123" not in res.output
-    assert table_count(mpr_url, EngineConfig) == 0 and table_count(mpr_url, Crawl) == 0
+    assert table_count(mpr_url, EngineConfig) == 0 and table_count(mpr_url, Exchange) == 0
+    assert table_count(mpr_url, Crawl, Crawl.status == "done") == 0
     # Over TLS, or over http to loopback, or with no key sent at all: allowed.
     check_secrets_over_tls(LeanExploreAdapter("https://www.leanexplore.com/api/v2"))
     check_secrets_over_tls(LeanExploreAdapter("http://127.0.0.1:9/api/v2"))
