@@ -15,7 +15,7 @@ SQLite file. Outages and pauses never mark a text failed, so a crawl cannot exit
 while one leaves texts unanswered.
 
 Pauses: a run waits for a host's pause (``Retry-After``, outage backoff) when it ends
-before ``--deadline`` and within ``RetryPolicy.retry_after_cap`` (30 min); otherwise
+before ``--deadline`` and within ``RetryPolicy.retry_after_cap`` (``--max-pause``, 30 min); otherwise
 that engine stops with one line naming it and until when (since when, for an outage),
 the other engines go on, and the pause stays in ``host_state`` for the next run.
 """

@@ -173,6 +173,10 @@ def test_long_retry_after_is_kept_across_a_kill(any_db_url: str, rows) -> None:
         assert srv.stats.requests == 1  # nothing sent inside the pause
         out = runner.invoke(app, ["status", "--bench", "mathlibmpr"], env={"ENGINES_DATABASE_URL": any_db_url})
         assert f"leanexplore: paused until {until}" in out.stdout
+        # Without a deadline, a pause longer than --max-pause stops the engine the same way.
+        capped = runner.invoke(app, [*args, "--max-pause", "5m"], env={"ENGINES_DATABASE_URL": any_db_url})
+        assert capped.exit_code == 3 and capped.stderr.count(f"error: leanexplore: paused until {until}") == 1
+        assert srv.stats.requests == 1
         db = open_database(any_db_url)
         try:
             with db.session() as s, s.begin():

@@ -70,6 +70,8 @@ def crawl_cmd(
     lease_ttl: float = typer.Option(900.0, "--lease-ttl", min=1.0, help="Seconds a worker's claim on a query lasts (PostgreSQL workers)."),
     margin: Optional[float] = typer.Option(
         None, "--margin", min=0.0, help="Pacing safety margin in seconds added to the window (default 1% of T + 5 ms, 20 ms..1 s)."),
+    max_pause: str = typer.Option(
+        "30m", "--max-pause", help="Longest host pause (Retry-After, outage backoff) this run waits out; a longer one stops that engine (exit 3)."),
 ) -> None:
     """Crawl remote engines, paced and resumable; safe to kill and to run again (cron-friendly exit codes)."""
     from crawler.fetch import RetryPolicy
@@ -96,7 +98,8 @@ def crawl_cmd(
         engines=names, bench=bench, rates=rates, urls=urls, num_results=num_results, limit=limit,
         deadline=parse_duration(deadline) if deadline else None, refresh=refresh, all_styles=all_styles,
         retry_failed=retry_failed, lease_ttl=lease_ttl, timeout=timeout, margin=margin,
-        policy=RetryPolicy(max_attempts=max_attempts, backoff_initial=backoff, breaker_threshold=breaker),
+        policy=RetryPolicy(max_attempts=max_attempts, backoff_initial=backoff, breaker_threshold=breaker,
+                           retry_after_cap=parse_duration(max_pause)),
     )
     db = get_db(ctx)
     reporter = RichReporter() if sys.stderr.isatty() else Reporter()
