@@ -38,10 +38,17 @@ from sqlalchemy.exc import IntegrityError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
 from crawler.pacing import Pacer
-from engines.base import EngineHTTPError, EngineParseError, redact_headers, redact_url
+from engines.base import EngineHTTPError, EngineOutage, EngineParseError, redact_headers, redact_url
 from store.models import Exchange, ParseOutcome, WorkLease
 from store.types import utcnow
 from store.writes import HitRow, add_answer
+
+
+def _hhmm(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M:%S UTC")
+
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
     """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
@@ -67,8 +74,12 @@ class RetryPolicy:
     max_delay: float = 600.0  # seconds since the first attempt of a batch
     backoff_initial: float = 2.0
     backoff_max: float = 60.0
-    retry_after_cap: float = 300.0  # a longer Retry-After stops the engine instead
+    # The longest pause (Retry-After or outage backoff) a run waits out without a
+    # --deadline; a longer one stops that engine for this run (exit 3), the pause is kept.
+    retry_after_cap: float = 1800.0
     breaker_threshold: int = 10  # consecutive failed attempts that stop an engine
+    outage_initial: float = 30.0  # first pause of a host after an outage (doubles)
+    outage_max: float = 1800.0  # the backoff cap: a host that is down is tried every 30 min
 
 
 class Retryable(Exception):
@@ -77,8 +88,12 @@ class Retryable(Exception):
         self.retry_after = retry_after
 
 
+class _Outage(Exception):
+    """The service is down (maintenance page, restarting backend): pause the host, try again."""
+
+
 class EngineBroken(Exception):
-    """The circuit breaker opened (K consecutive failures) or the server asked for a too-long pause."""
+    """The circuit breaker opened (K consecutive failed attempts; outages and pauses do not count)."""
 
 
 @dataclass
@@ -104,7 +119,9 @@ class _Wait:
     def __call__(self, retry_state: Any) -> float:
         exc = retry_state.outcome.exception() if retry_state.outcome else None
         if isinstance(exc, Retryable) and exc.retry_after is not None:
-            return max(self.floor, exc.retry_after)
+            # The pause is in host_state: the pacer holds the next grant until it ends
+            # (and stops the engine when it ends past the deadline), so no sleep here.
+            return self.floor
         p = self.policy
         base = min(p.backoff_max, p.backoff_initial * 2 ** (retry_state.attempt_number - 1))
         return base + self.rng.uniform(0, min(base, p.backoff_initial))
@@ -148,6 +165,7 @@ class Fetcher:
         self.consecutive_failures = 0
         self.attempts = 0
         self.exchanges = 0
+        self.outages = 0  # outage answers seen by this fetcher
 
     # ------------------------------------------------------------------ public
 
@@ -156,24 +174,29 @@ class Fetcher:
         texts = [t for _, t in items]
         outcome = FetchOutcome()
         floor = self.pacer.rate.period / self.pacer.rate.n
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.policy.max_attempts) | stop_after_delay(self.policy.max_delay),
-            wait=_Wait(self.policy, floor, self.rng),
-            retry=retry_if_exception_type(Retryable),
-            sleep=self.sleep,
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    outcome.attempts = attempt.retry_state.attempt_number
-                    if outcome.skipped:  # dropped by an earlier attempt's before_send
-                        items = [(sha, t) for sha, t in items if sha not in outcome.skipped]
-                        texts = [t for _, t in items]
-                    await self._attempt(items, texts, outcome.attempts, outcome)
-        except Retryable as exc:
-            outcome.exhausted = str(exc)
-        return outcome
+        while True:
+            # An outage restarts the retry budget: waiting out a maintenance window must
+            # not use up the attempts meant for flaky answers (the pacer does the waiting).
+            retrying = AsyncRetrying(
+                stop=stop_after_attempt(self.policy.max_attempts) | stop_after_delay(self.policy.max_delay),
+                wait=_Wait(self.policy, floor, self.rng),
+                retry=retry_if_exception_type(Retryable),
+                sleep=self.sleep,
+                reraise=True,
+            )
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        outcome.attempts += 1
+                        if outcome.skipped:  # dropped by an earlier attempt's before_send
+                            items = [(sha, t) for sha, t in items if sha not in outcome.skipped]
+                            texts = [t for _, t in items]
+                        await self._attempt(items, texts, outcome.attempts, outcome)
+            except Retryable as exc:
+                outcome.exhausted = str(exc)
+            except _Outage:
+                continue
+            return outcome
 
     # ----------------------------------------------------------------- attempt
 
@@ -248,22 +271,29 @@ class Fetcher:
         ex_id = await asyncio.to_thread(self._archive, request, body_out, texts, attempt, sent_wall, elapsed,
                                         status=status, response_headers=headers, response_body=body)
 
+        now = time.time()
+        ra = parse_retry_after(response.headers.get("retry-after"), now) if (
+            status in (408, 429) or 500 <= status < 600) else None
+        if ra is not None:
+            # The server says when to come back: pause every request to this host, in every
+            # worker and the next run too (host_state), however long it is (§6.3 item 7).
+            pause = max(ra, self.pacer.rate.period / self.pacer.rate.n)
+            await asyncio.to_thread(self.pacer.pause, now + pause)
+            msg = f"HTTP {status} (Retry-After {ra:g} s)"
+            self.on_event(f"{self.adapter.engine}: attempt {attempt}: {msg}; host paused until {_hhmm(now + pause)}")
+            raise Retryable(msg, retry_after=ra)
+        outage_reason = getattr(self.adapter, "outage_reason", None)
+        reason = outage_reason(status, headers, body) if outage_reason is not None else None
+        if reason is not None:
+            await self._outage(reason)
         if status in (408, 429) or 500 <= status < 600:
-            now = time.time()
-            ra = parse_retry_after(response.headers.get("retry-after"), now)
-            if ra is not None and ra > self.policy.retry_after_cap:
-                raise EngineBroken(
-                    f"{self.adapter.engine}: server asked to wait {ra:.0f} s (HTTP {status} Retry-After), "
-                    f"more than the {self.policy.retry_after_cap:.0f} s cap; try again later"
-                )
-            if status == 429 or ra is not None:
+            if status == 429:
                 # Pause every request to this host, not only this task (§6.3 item 7).
-                pause = max(ra if ra is not None else 0.0, self.pacer.rate.period / self.pacer.rate.n)
-                self.pacer.pause(now + pause)
-            msg = f"HTTP {status}" + (f" (Retry-After {ra:g} s)" if ra is not None else "")
+                await asyncio.to_thread(self.pacer.pause, now + self.pacer.rate.period / self.pacer.rate.n)
+            msg = f"HTTP {status}"
             self._failure(msg, counts=status != 429)
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {msg}")
-            raise Retryable(msg, retry_after=ra)
+            raise Retryable(msg)
         if not 200 <= status < 300:
             self.consecutive_failures = 0  # the engine answered; this query is refused
             outcome.failed = f"HTTP {status}: {body[:120].decode('utf-8', 'replace')}"
@@ -274,6 +304,9 @@ class Fetcher:
             parsed = self.adapter.parse(texts, status, headers, body)
             if len(parsed) != len(texts):
                 raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
+        except EngineOutage as exc:
+            await asyncio.to_thread(self._record_parse, ex_id, ok=False, error=f"outage: {exc}")
+            await self._outage(str(exc))
         except EngineHTTPError as exc:
             await asyncio.to_thread(self._record_parse, ex_id, ok=False, error=str(exc))
             self.consecutive_failures = 0
@@ -287,6 +320,17 @@ class Fetcher:
             raise Retryable(str(exc)) from None
         self.consecutive_failures = 0
         outcome.answered = await asyncio.to_thread(self._write_answers, ex_id, items, parsed, elapsed)
+        await asyncio.to_thread(self.pacer.clear_outage)
+
+    async def _outage(self, reason: str) -> None:
+        """Pause the host with growing backoff and go round again (raises :class:`_Outage`)."""
+        self.outages += 1
+        p = self.policy
+        until, since, count = await asyncio.to_thread(
+            self.pacer.outage, reason, p.outage_initial, p.outage_max, self.rng.random())
+        self.on_event(f"{self.adapter.engine}: outage since {_hhmm(since)} ({reason}); "
+                      f"next try {_hhmm(until)} (outage answer {count})")
+        raise _Outage(reason)
 
     # ------------------------------------------------------------------ writes
 
@@ -360,9 +404,13 @@ def write_answers(
     latency_ms: float | None,
 ) -> list[str]:
     done: list[str] = []
+    # A tolerant parse returns engines.base.HitList (what it dropped); a plain list dropped nothing.
+    drops = [int(getattr(hits, "dropped", 0) or 0) for hits in parsed]
+    reason = next((getattr(h, "drop_reason", None) for h in parsed if getattr(h, "drop_reason", None)), None)
     with db.session() as s, s.begin():
-        s.add(ParseOutcome(exchange_id=exchange_id, parser_version=parser_version, ok=True, error=None))
-        for (sha, text), hits in zip(items, parsed):
+        s.add(ParseOutcome(exchange_id=exchange_id, parser_version=parser_version, ok=True, error=None,
+                           dropped_items=sum(drops), drop_reason=reason))
+        for (sha, text), hits, dropped in zip(items, parsed, drops):
             try:
                 with s.begin_nested():
                     add_answer(
@@ -375,6 +423,7 @@ def write_answers(
                         exchange_id=exchange_id,
                         parser_version=parser_version,
                         latency_ms=latency_ms,
+                        dropped_items=dropped,
                     )
             except IntegrityError:
                 continue  # answered meanwhile (another path); fetch-once keeps the first

@@ -118,6 +118,23 @@ class Ledger(Protocol):
     def correct(self, host: str, recorded: float, actual: float) -> None:
         """Replace a recorded send time by the (later) time the request actually left."""
 
+    def outage(self, host: str, reason: str, now: float, initial: float, cap: float, u: float
+               ) -> tuple[float, float, int]:
+        """Record an outage answer: pause the host with growing backoff; (until, since, count)."""
+
+    def clear_outage(self, host: str) -> None:
+        """A good answer: the host is up again (its outage state is cleared)."""
+
+
+def outage_backoff(count: int, initial: float, cap: float, u: float) -> float:
+    """Pause after the ``count``-th consecutive outage answer: ``initial`` doubling, capped.
+
+    ``u`` in [0, 1) adds up to 25 % jitter (so workers that saw the same outage do not
+    come back in lockstep); the cap holds after the jitter.
+    """
+    base = initial * 2.0 ** min(max(0, count - 1), 60)
+    return min(cap, base * (1.0 + 0.25 * u))
+
 
 class MemoryLedger:
     """In-process ledger (tests, or a throwaway run); ``history`` seeds it, e.g. from a restart."""
@@ -125,6 +142,7 @@ class MemoryLedger:
     def __init__(self, history: dict[str, list[float]] | None = None) -> None:
         self.sends: dict[str, list[float]] = {h: sorted(v) for h, v in (history or {}).items()}
         self.pauses: dict[str, float] = {}
+        self.outages: dict[str, tuple[float, str, int]] = {}  # host → (since, reason, count)
 
     def reserve(
         self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
@@ -149,6 +167,18 @@ class MemoryLedger:
 
     def paused_until(self, host: str) -> float | None:
         return self.pauses.get(host)
+
+    def outage(self, host: str, reason: str, now: float, initial: float, cap: float, u: float
+               ) -> tuple[float, float, int]:
+        since, _, count = self.outages.get(host, (now, reason, 0))
+        count += 1
+        until = now + outage_backoff(count, initial, cap, u)
+        self.outages[host] = (since, reason, count)
+        self.pause(host, until)
+        return max(until, self.pauses[host]), since, count
+
+    def clear_outage(self, host: str) -> None:
+        self.outages.pop(host, None)
 
 
 class DbLedger:
@@ -235,6 +265,38 @@ class DbLedger:
         with self.db.engine.connect() as conn:
             return conn.execute(sa.select(self._hs.c.paused_until).where(self._hs.c.host == host)).scalar()
 
+    def outage(self, host: str, reason: str, now: float, initial: float, cap: float, u: float
+               ) -> tuple[float, float, int]:
+        from store.types import utcnow
+
+        hs = self._hs
+        with self.db.engine.connect() as conn:
+            self._ensure_host(conn, host)
+            conn.commit()
+            with conn.begin():
+                paused, since, count = conn.execute(
+                    sa.select(hs.c.paused_until, hs.c.outage_since, hs.c.outage_count)
+                    .where(hs.c.host == host).with_for_update()
+                ).one()
+                count = (count or 0) + 1
+                since = since if since is not None else now
+                until = max(paused or 0.0, now + outage_backoff(count, initial, cap, u))
+                conn.execute(sa.update(hs).where(hs.c.host == host).values(
+                    paused_until=until, outage_since=since, outage_reason=reason[:1000], outage_count=count,
+                    updated_at=utcnow()))
+        return until, since, count
+
+    def clear_outage(self, host: str) -> None:
+        from store.types import utcnow
+
+        hs = self._hs
+        with self.db.engine.begin() as conn:
+            conn.execute(
+                sa.update(hs)
+                .where(hs.c.host == host, sa.or_(hs.c.outage_since.is_not(None), hs.c.outage_count > 0))
+                .values(outage_since=None, outage_reason=None, outage_count=0, updated_at=utcnow())
+            )
+
     def history(self, host: str, since: float) -> list[float]:
         with self.db.engine.connect() as conn:
             return list(
@@ -250,7 +312,13 @@ class DbLedger:
 
 
 class DeadlineReached(Exception):
-    """The next allowed send is past the run's deadline."""
+    """The next allowed send is past the run's deadline (or further off than ``max_wait``).
+
+    ``until`` is that next allowed send time (unix seconds), when known."""
+
+    def __init__(self, message: str, until: float | None = None) -> None:
+        super().__init__(message)
+        self.until = until
 
 
 @dataclass
@@ -277,6 +345,7 @@ class Pacer:
         clock: Clock | None = None,
         worker: str = "",
         deadline: float | None = None,
+        max_wait: float | None = None,
     ) -> None:
         if rate.n < 1 or not rate.period > 0 or math.isinf(rate.period):
             raise ValueError(f"invalid rate {rate}")
@@ -287,6 +356,10 @@ class Pacer:
         self.clock = clock or SystemClock()
         self.worker = worker
         self.deadline = deadline
+        # The longest single wait for a slot (a long Retry-After or outage pause); a longer
+        # one raises DeadlineReached instead of holding the run. The window wait is never
+        # longer than T + margin, so that much is always allowed.
+        self.max_wait = max_wait
         self.stats = PacerStats()
         self._lock = asyncio.Lock()
         self._last: tuple[float, float] | None = None  # (last send as recorded, its planned slot)
@@ -309,7 +382,10 @@ class Pacer:
                     return t
                 now = self.clock.now()
                 if self.deadline is not None and t > self.deadline:
-                    raise DeadlineReached(f"next send to {self.host} allowed at {t:.1f}, after the deadline")
+                    raise DeadlineReached(f"next send to {self.host} allowed at {t:.1f}, after the deadline", t)
+                if self.max_wait is not None and t - now > max(self.max_wait, self.rate.period + self.margin):
+                    raise DeadlineReached(f"next send to {self.host} allowed in {t - now:.0f} s, "
+                                          f"more than the {self.max_wait:.0f} s this run waits", t)
                 planned = t
                 wait = t - now
                 self.stats.waited += wait
@@ -337,6 +413,13 @@ class Pacer:
     def pause(self, until: float) -> None:
         """Hold every send to this host until ``until`` (429 / Retry-After)."""
         self.ledger.pause(self.host, until)
+
+    def outage(self, reason: str, initial: float, cap: float, u: float) -> tuple[float, float, int]:
+        """The host answered "down": pause it with growing backoff; (until, since, count)."""
+        return self.ledger.outage(self.host, reason, self.clock.now(), initial, cap, u)
+
+    def clear_outage(self) -> None:
+        self.ledger.clear_outage(self.host)
 
 
 def max_in_window(times: list[float], period: float) -> int:

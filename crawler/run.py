@@ -9,8 +9,15 @@ the slower one. A broken engine (circuit breaker) stops alone.
 
 Exit codes (``CrawlSummary.exit_code``; documented in the README "Crawling" section):
 0 everything due is answered, 3 work remains (``--limit``, ``--deadline``, retries
-exhausted, leases held by other workers), 4 an engine was stopped by the circuit
-breaker, 5 another crawler holds the SQLite file.
+exhausted, leases held by other workers, an outage or a pause the run did not wait
+out), 4 an engine was stopped by the circuit breaker, 5 another crawler holds the
+SQLite file. Outages and pauses never mark a text failed, so a crawl cannot exit 0
+while one leaves texts unanswered.
+
+Pauses: a run waits for a host's pause (``Retry-After``, outage backoff) when it ends
+before ``--deadline`` and within ``RetryPolicy.retry_after_cap`` (``--max-pause``, 30 min); otherwise
+that engine stops with one line naming it and until when (since when, for an outage),
+the other engines go on, and the pause stays in ``host_state`` for the next run.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import sqlalchemy as sa
 from crawler.fetch import EngineBroken, Fetcher, RetryPolicy, write_answers
 from crawler.pacing import DbLedger, DeadlineReached, Pacer, SystemClock
 from crawler.plan import Counts, WorkQueue, benchmark_texts, current_epoch
-from engines.base import EngineHTTPError, EngineParseError, Rate, config_hash
+from engines.base import EngineHTTPError, EngineOutage, EngineParseError, Rate, config_hash
 from store.errors import UserError
 from store.models import Crawl, Exchange, ParseOutcome
 from store.types import utcnow
@@ -82,8 +89,10 @@ class EngineResult:
     answered_now: int = 0
     failed_now: int = 0
     recovered: int = 0
-    stopped: str | None = None  # "limit" | "deadline" | "broken: ..."
+    stopped: str | None = None  # "limit" | "deadline" | "outage" | "paused" | "broken: ..."
     exhausted: int = 0
+    outages: int = 0  # outage answers seen (maintenance pages, restarting backends)
+    stop_line: str | None = None  # the one line saying why an outage / a pause stopped it
 
 
 @dataclass
@@ -269,6 +278,7 @@ def _resolve_engines(db, opts: CrawlOptions, worker: str) -> list[_Engine]:
         if opts.timeout is not None:
             params["timeout"] = opts.timeout
         adapter = get_adapter(name, base_url=opts.urls.get(name), **params)
+        check_secrets_over_tls(adapter)
         ident = adapter.identity()
         label = name if adapter.num_results == adapter.defaults.num_results else f"{name}@{adapter.num_results}"
         if "base_url" in ident:
@@ -298,6 +308,53 @@ def _resolve_engines(db, opts: CrawlOptions, worker: str) -> list[_Engine]:
     return out
 
 
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_secrets_over_tls(adapter) -> None:
+    """Refuse (one line) to crawl when a credential would cross the network in clear text.
+
+    Probes the request the adapter would send: a secret is the value of a variable the
+    adapter declares in ``SECRET_ENVS`` appearing anywhere in the request, a
+    secret-looking header or query parameter (:func:`engines.base.redact_headers`'s
+    pattern), or user:password in the URL. Plain ``http://`` is allowed for loopback.
+    """
+    from urllib.parse import parse_qsl
+
+    from engines.base import _SECRET_NAME
+    from store.errors import InputError
+
+    request = adapter.build_request(["secret check"])
+    url = request.url
+    if url.scheme != "http" or _is_loopback(url.host):
+        return
+    found: list[str] = []
+    for env in getattr(adapter, "SECRET_ENVS", ()) or ():
+        value = os.environ.get(env)
+        if value and (value in str(url) or any(value in v for v in request.headers.values())
+                      or value.encode() in (request.content or b"")):
+            found.append(env)
+    found += [f"header {k}" for k in request.headers if _SECRET_NAME.search(k)]
+    found += [f"query parameter {k}" for k, _ in parse_qsl(url.query.decode() if isinstance(url.query, bytes)
+                                                           else str(url.query)) if _SECRET_NAME.search(k)]
+    if url.userinfo:
+        found.append("user:password in the URL")
+    if found:
+        raise InputError(
+            f"{adapter.engine}: refusing to send a credential ({found[0]}) over plain http:// to "
+            f"{url.host}; use an https:// URL, or unset the key for this host"
+        )
+
+
 def recover_unparsed(db, eng: _Engine, *, min_age: float) -> int:
     """Answers from archived 2xx exchanges that a killed run never parsed (no network needed)."""
     cutoff = utcnow().timestamp() - min_age
@@ -320,10 +377,12 @@ def recover_unparsed(db, eng: _Engine, *, min_age: float) -> int:
             parsed = eng.adapter.parse(list(texts), status, headers or {}, body or b"")
             if len(parsed) != len(texts):
                 raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
-        except (EngineParseError, EngineHTTPError) as exc:
+        except (EngineParseError, EngineHTTPError, EngineOutage) as exc:
+            # An outage body answers nothing: its texts stay due and the crawl sends them again.
+            error = f"outage: {exc}" if isinstance(exc, EngineOutage) else str(exc)
             with db.session() as s, s.begin():
                 s.add(ParseOutcome(exchange_id=ex_id, parser_version=eng.adapter.parser_version, ok=False,
-                                   error=str(exc)))
+                                   error=error))
             continue
         items = [(query_sha256(t), t) for t in texts]
         recovered += len(write_answers(db, eng.adapter.parser_version, eng.config_id, eng.epoch, ex_id, items,
@@ -381,13 +440,47 @@ async def _crawl_engine(
     except EngineBroken as exc:
         res.stopped = f"broken: {exc}"
         reporter.log(f"error: {exc}; other engines continue")
-    except DeadlineReached:
+    except DeadlineReached as exc:
         res.stopped = "deadline"
+        line = await asyncio.to_thread(_pause_line, db, eng, exc.until)
+        if line is not None:
+            res.stopped, res.stop_line = line  # printed once, in the summary
+            reporter.log(f"{eng.name}: stopped for this run ({res.stopped}); other engines continue")
     finally:
         res.attempts = fetcher.attempts
         res.exchanges = fetcher.exchanges
+        res.outages = fetcher.outages
         eng.queue.release()
         res.counts = eng.queue.counts()
+
+
+def _hhmm(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M UTC")
+
+
+def host_pause(db, host: str) -> tuple[float | None, float | None, str | None]:
+    """(paused_until, outage_since, outage_reason) of a host, from ``host_state``."""
+    from store.models import HostState
+
+    with db.session() as s:
+        row = s.execute(sa.select(HostState.paused_until, HostState.outage_since, HostState.outage_reason)
+                        .where(HostState.host == host)).first()
+    return tuple(row) if row is not None else (None, None, None)  # type: ignore[return-value]
+
+
+def _pause_line(db, eng: _Engine, until: float | None) -> tuple[str, str] | None:
+    """("outage" | "paused", one line) when a host pause is what stopped this engine."""
+    paused, since, reason = host_pause(db, eng.adapter.host)
+    now = time.time()
+    if paused is None or paused <= now or (until is not None and paused < until - 0.001):
+        return None  # not paused, or the pacing window (not the pause) was what came after the deadline
+    if since is not None:
+        return "outage", (f"error: {eng.name}: outage since {_hhmm(since)} ({reason}), next try {_hhmm(paused)}: "
+                          "not within this run; its texts stay due, run again later")
+    return "paused", (f"error: {eng.name}: paused until {_hhmm(paused)} (the server's Retry-After), "
+                      "not within this run; its texts stay due, a run started after that resumes")
 
 
 async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = None) -> CrawlSummary:
@@ -427,7 +520,7 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
                 pacer = pacers.get(eng.adapter.host)
                 if pacer is None or eng.rate.n / eng.rate.period < pacer.rate.n / pacer.rate.period:
                     pacer = Pacer(eng.adapter.host, eng.rate, ledger, margin=opts.margin, clock=clock,
-                                  worker=worker, deadline=stop_at)
+                                  worker=worker, deadline=stop_at, max_wait=opts.policy.retry_after_cap)
                     pacers[eng.adapter.host] = pacer
                 fetchers.append((eng, Fetcher(db, eng.adapter, client, pacer, config_id=eng.config_id,
                                               epoch=eng.epoch, crawl_id=crawl_id, policy=opts.policy,
@@ -469,7 +562,10 @@ def summary_lines(summary: CrawlSummary) -> list[str]:
             f"{r.engine} [{r.label}, epoch {r.epoch}, {r.rate}]: {r.answered_now} answered now, "
             f"{r.counts.answered}/{r.counts.total} answered in all, {r.counts.failed} failed, "
             f"{r.counts.pending} due; {r.attempts} attempts; {state}"
+            + (f"; {r.outages} outage answer(s)" if r.outages else "")
         )
+        if r.stop_line:
+            lines.append(r.stop_line)
     lines.append(f"crawl {summary.crawl_id} finished in {fmt_duration(summary.elapsed)}: exit {summary.exit_code}")
     return lines
 

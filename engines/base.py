@@ -267,6 +267,9 @@ class RemoteAdapter:
     PARAMS: dict[str, Any] = {}
     MAX_BATCH: int | None = 1  # most texts one request can carry (None: no limit)
     MAX_NUM_RESULTS: int | None = None  # most results one request may ask for (None: no limit)
+    # Environment variables holding this engine's secrets (API keys): a crawl refuses to
+    # start when one of them would go over plain http:// to a non-loopback host.
+    SECRET_ENVS: tuple[str, ...] = ()
 
     def __init__(self, base_url: str | None = None, **params: Any) -> None:
         import os

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "engines.commands.demo",
     "engines.commands.run",
     "engines.commands.crawl",
+    "engines.commands.reparse",
 )
 
 

@@ -51,6 +51,7 @@ class LeanExploreAdapter(RemoteAdapter):
     parser_version = 2
     DEFAULT_URL = "https://www.leanexplore.com/api/v2"
     PARAMS = {"packages": None}
+    SECRET_ENVS = (API_KEY_ENV,)
     defaults = EngineDefaults(rate=Rate(24, 60.0), timeout=20.0, result_cap=None, batch_size=1, num_results=50)
 
     def __init__(self, base_url: str | None = None, **params: Any) -> None:

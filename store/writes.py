@@ -72,6 +72,7 @@ def add_answer(
     parser_version: int | None = None,
     latency_ms: float | None = None,
     meta: dict[str, Any] | None = None,
+    dropped_items: int = 0,
 ) -> Answer:
     """Add one ranked list (caller commits). Ranks are kept exactly as given.
 
@@ -90,6 +91,7 @@ def add_answer(
         n_returned=len(hits),
         latency_ms=latency_ms,
         meta=meta,
+        dropped_items=dropped_items,
     )
     session.add(answer)
     session.flush()

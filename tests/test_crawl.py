@@ -82,7 +82,7 @@ def crawl(url: str, engines: dict[str, StandIn], *, rate: Rate = RATE, **kw) -> 
     db = open_database(url)
     rep = Quiet()
     kw.setdefault("margin", MARGIN_S)
-    policy = kw.pop("policy", RetryPolicy(backoff_initial=0.02, backoff_max=0.2))
+    policy = kw.pop("policy", RetryPolicy(backoff_initial=0.02, backoff_max=0.2, outage_initial=0.05, outage_max=0.2))
     try:
         opts = CrawlOptions(engines=list(engines), bench="mathlibmpr", rates={"*": rate},
                             urls={k: v.url for k, v in engines.items()}, policy=policy, **kw)
@@ -192,7 +192,8 @@ def test_faults_are_survived_and_archived(mpr_url: str, rows) -> None:
     faults = FaultConfig(error_5xx=0.15, reset=0.05, timeout=0.05, html_200=0.05, truncated=0.05)
     with StandIn("leanfinder", rows, rate=RATE, faults=faults, seed=7).in_thread() as srv:
         summary, rep = crawl(mpr_url, {"leanfinder": srv}, limit=30, timeout=0.4,
-                             policy=RetryPolicy(max_attempts=8, backoff_initial=0.02, backoff_max=0.1))
+                             policy=RetryPolicy(max_attempts=8, backoff_initial=0.02, backoff_max=0.1,
+                                                outage_initial=0.02, outage_max=0.1))
         assert_server_window(srv, RATE)
         injected = sum(srv.stats.faults.values())
         assert injected >= 3, srv.stats.faults  # the faults did happen
@@ -234,20 +235,6 @@ def test_429_with_retry_after_pauses_the_host(mpr_url: str, rows) -> None:
             if later:  # Retry-After is at least 1 s (rounded up by the server)
                 assert min(later) >= e["t"] + 1.0 - 0.01
         assert any("Retry-After" in line for line in rep.lines)
-
-
-def test_permanent_4xx_is_recorded_not_retried_then_retry_failed(mpr_url: str, rows) -> None:
-    with StandIn("leanexplore", rows, rate=RATE, faults=FaultConfig(maintenance=(0, 3))).in_thread() as srv:
-        summary, rep = crawl(mpr_url, {"leanexplore": srv}, limit=5)
-        res = summary.results[0]
-        assert srv.stats.requests == 5  # the three 405s were not retried
-        assert res.failed_now == 3 and res.answered_now == 2
-        assert res.counts.failed == 3
-        assert table_count(mpr_url, WorkLease, WorkLease.status == "failed") == 3
-        # Failed texts are not due any more; --retry-failed sends them again.
-        summary2, _ = crawl(mpr_url, {"leanexplore": srv}, limit=3, retry_failed=True)
-        assert summary2.results[0].answered_now == 3
-        assert table_count(mpr_url, WorkLease, WorkLease.status == "failed") == 0
 
 
 def test_circuit_breaker_stops_one_engine_others_continue(mpr_url: str, rows) -> None:

@@ -1,8 +1,10 @@
 """``engines crawl``, ``engines status`` and ``engines sql``: crawling and inspecting the cache.
 
 Exit codes of ``engines crawl`` (README, "Crawling"): 0 everything due is answered,
-3 work remains (limit, deadline, retries exhausted), 4 an engine was stopped by the
-circuit breaker, 5 another crawler already holds the SQLite cache, 1 any other error.
+3 work remains (limit, deadline, retries exhausted, an outage or a server-requested
+pause the run did not wait out), 4 an engine was stopped by the circuit breaker,
+5 another crawler already holds the SQLite cache, 1 any other error (e.g. a key that
+would go over plain http).
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ def crawl_cmd(
     lease_ttl: float = typer.Option(900.0, "--lease-ttl", min=1.0, help="Seconds a worker's claim on a query lasts (PostgreSQL workers)."),
     margin: Optional[float] = typer.Option(
         None, "--margin", min=0.0, help="Pacing safety margin in seconds added to the window (default 1% of T + 5 ms, 20 ms..1 s)."),
+    max_pause: str = typer.Option(
+        "30m", "--max-pause", help="Longest host pause (Retry-After, outage backoff) this run waits out; a longer one stops that engine (exit 3)."),
 ) -> None:
     """Crawl remote engines, paced and resumable; safe to kill and to run again (cron-friendly exit codes)."""
     from crawler.fetch import RetryPolicy
@@ -99,7 +103,8 @@ def crawl_cmd(
         engines=names, bench=bench, rates=rates, urls=urls, num_results=num_results, limit=limit,
         deadline=parse_duration(deadline) if deadline else None, refresh=refresh, all_styles=all_styles,
         retry_failed=retry_failed, lease_ttl=lease_ttl, timeout=timeout, margin=margin, sample=sample, seed=seed,
-        policy=RetryPolicy(max_attempts=max_attempts, backoff_initial=backoff, breaker_threshold=breaker),
+        policy=RetryPolicy(max_attempts=max_attempts, backoff_initial=backoff, breaker_threshold=breaker,
+                           retry_after_cap=parse_duration(max_pause)),
     )
     db = get_db(ctx)
     reporter = RichReporter() if sys.stderr.isatty() else Reporter()
@@ -185,6 +190,8 @@ def status_cmd(
     samples = _sample_table(db, bench)
     if samples is not None:
         out_console.print(samples)
+    for line in host_lines(db, configs) + drop_lines(db, configs):
+        out_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _sample_table(db, bench: str | None) -> Table | None:
@@ -214,6 +221,58 @@ def _sample_table(db, bench: str | None) -> Table | None:
                 table.add_row(escape(sub.name), escape(str((sub.meta or {}).get("bench", "-"))), escape(cfg.label),
                               str(epoch), f"{done}/{n}")
     return table
+
+
+def _hhmm(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M")
+
+
+def host_lines(db, configs, now: float | None = None) -> list[str]:  # noqa: ANN001
+    """One line per engine whose host is in an outage or paused (times UTC)."""
+    import time
+    from urllib.parse import urlsplit
+
+    from engines.registry import ENGINES
+    from store.models import HostState
+
+    now = time.time() if now is None else now
+    names: dict[str, list[str]] = {}
+    for cfg in configs:
+        cls = ENGINES.get(cfg.engine)
+        url = (cfg.params or {}).get("base_url") or (cls.DEFAULT_URL if cls is not None else "")
+        host = urlsplit(url).netloc
+        if host and cfg.engine not in names.setdefault(host, []):
+            names[host].append(cfg.engine)
+    with db.session() as s:
+        rows = s.execute(sa.select(HostState.host, HostState.paused_until, HostState.outage_since,
+                                   HostState.outage_reason)).all()
+    out = []
+    for host, paused, since, reason in rows:
+        who = ", ".join(names.get(host, [])) or host
+        if since is not None:
+            nxt = f", next try {_hhmm(paused)}" if paused is not None and paused > now else ", next try now"
+            out.append(f"{who}: outage since {_hhmm(since)}{nxt} (UTC; {reason})")
+        elif paused is not None and paused > now:
+            out.append(f"{who}: paused until {_hhmm(paused)} (UTC; the server's Retry-After)")
+    return out
+
+
+def drop_lines(db, configs) -> list[str]:  # noqa: ANN001
+    """Per configuration: items its parser dropped (tolerant parse) in current answers."""
+    from store.models import Answer
+
+    out = []
+    with db.session() as s:
+        for cfg in configs:
+            n, answers = s.execute(
+                sa.select(sa.func.coalesce(sa.func.sum(Answer.dropped_items), 0), sa.func.count())
+                .where(Answer.config_id == cfg.id, ~Answer.superseded, Answer.dropped_items > 0)
+            ).one()
+            if n:
+                out.append(f"{cfg.label}: {n} item(s) dropped by the parser in {answers} answer(s)")
+    return out
 
 
 def _statements(sql: str) -> int:

@@ -1,0 +1,300 @@
+"""``engines reparse``: re-derive answers and hits from archived bodies, with no network.
+
+The archive keeps every response's bytes, so a parser that was wrong is fixed (and its
+``parser_version`` bumped) and re-run here instead of re-crawling. For every remote
+configuration (optionally only some engines) the adapter is rebuilt from the stored
+identity (engine, ``base_url``, parameters), and every archived 2xx exchange with a
+body that has no parse outcome under the adapter's current ``parser_version`` is parsed
+again:
+
+- a new ``parse_outcomes`` row (ok or the error, drop count and first drop reason);
+- per text of the exchange: when the current answer came from this exchange and its
+  hits differ (rank, name, raw item), it is marked superseded (kept as history) and a
+  new answer with the new hits takes its place (``fetched_at`` stays the time the
+  bytes were fetched); unchanged hits only get the new ``parser_version``; a text with
+  no current answer becomes answered *without a send* (its ``work_leases`` row goes,
+  so the next crawl sends nothing for it); a current answer from another exchange is
+  left alone (fetch once: the first parsed answer wins, as in the crawler);
+- an exchange the current parser rejects supersedes the answers it had given (parse
+  errors never make answers): those texts are due again;
+- an exchange the parser now reads as an outage (``EngineOutage``) frees texts that
+  were marked failed because of it;
+- stored gold positions of every touched configuration × epoch are deleted, so the
+  scorer recomputes them.
+
+One transaction per batch of exchanges: a kill loses at most the batch in progress and
+never leaves one exchange half re-parsed; a second run finds nothing left to do
+(exchanges already parsed by the current version are skipped). ``dry_run`` does all of
+it in one transaction and rolls it back.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from engines.base import EngineHTTPError, EngineOutage, EngineParseError
+from store.errors import InputError, UserError
+from store.models import Answer, EngineConfig, Exchange, Hit, ParseOutcome, Position, WorkLease
+from store.writes import HitRow, add_answer
+
+BATCH = 100  # exchanges per transaction
+
+
+@dataclass
+class ConfigReparse:
+    engine: str
+    label: str
+    config_id: int
+    parser_version: int
+    exchanges: int = 0  # re-parsed now
+    newly_parsed: int = 0  # parsed ok now, failed (or never parsed) before
+    newly_failed: int = 0  # parsed ok before, rejected now
+    changed: int = 0  # answers whose hit list (rank, name) changed
+    answered: int = 0  # texts that became answered without a send
+    unanswered: int = 0  # texts whose answer the current parser rejects (due again)
+    dropped: int = 0  # items the current parser dropped (tolerant parse)
+    skipped: str | None = None  # why this configuration could not be re-parsed
+
+
+@dataclass
+class ReparseSummary:
+    results: list[ConfigReparse] = field(default_factory=list)
+    elapsed: float = 0.0
+    dry_run: bool = False
+
+    @property
+    def exchanges(self) -> int:
+        return sum(r.exchanges for r in self.results)
+
+    @property
+    def rate(self) -> float:
+        return self.exchanges / self.elapsed if self.elapsed > 0 else 0.0
+
+
+def adapter_for_config(cfg: EngineConfig):
+    """The current adapter for a stored configuration (its identity minus the bookkeeping)."""
+    from engines.registry import ENGINES
+
+    cls = ENGINES.get(cfg.engine)
+    if cls is None:
+        raise InputError(f"no adapter for engine {cfg.engine!r}")
+    params = dict(cfg.params or {})
+    params.pop("engine", None)
+    endpoint = params.pop("endpoint_version", None)
+    base_url = params.pop("base_url", None) or cls.DEFAULT_URL  # never the environment's URL
+    adapter = cls(base_url, **params)
+    if endpoint is not None and endpoint != adapter.endpoint_version:
+        raise InputError(f"stored endpoint {endpoint!r}, the adapter speaks {adapter.endpoint_version!r}")
+    return adapter
+
+
+class _Batch:
+    """What one batch needs from the database, read with a few queries instead of several per
+    exchange: each exchange's latest parse outcome, the current answers of its texts and
+    the hits of those answers. Kept up to date as the batch writes new answers."""
+
+    def __init__(self, s: Session, config_id: int, exchanges: list) -> None:
+        from store.benchmarks import query_sha256
+
+        ids = [ex.id for ex in exchanges]
+        self.prev_ok: dict[int, bool] = {}
+        for ex_id, ok in s.execute(sa.select(ParseOutcome.exchange_id, ParseOutcome.ok)
+                                   .where(ParseOutcome.exchange_id.in_(ids)).order_by(ParseOutcome.id)):
+            self.prev_ok[ex_id] = ok  # the latest outcome wins
+        self.shas = {ex.id: [query_sha256(t) for t in ex.query_texts] for ex in exchanges}
+        wanted = sorted({sha for v in self.shas.values() for sha in v})
+        self.current: dict[tuple[int, str], Answer] = {}
+        for i in range(0, len(wanted), 500):
+            for a in s.execute(sa.select(Answer).where(
+                    Answer.config_id == config_id, Answer.query_sha256.in_(wanted[i:i + 500]),
+                    ~Answer.superseded)).scalars():
+                self.current[(a.epoch, a.query_sha256)] = a
+        in_batch = set(ids)
+        mine = [a.id for a in self.current.values() if a.exchange_id in in_batch]
+        self.hits: dict[int, list[tuple[int, str, Any]]] = {}
+        for i in range(0, len(mine), 500):
+            for aid, rank, name, raw in s.execute(
+                    sa.select(Hit.answer_id, Hit.rank, Hit.name, Hit.raw).where(Hit.answer_id.in_(mine[i:i + 500]))
+                    .order_by(Hit.answer_id, Hit.rank, Hit.id)):
+                self.hits.setdefault(aid, []).append((rank, name, raw))
+
+
+def _reparse_exchange(s: Session, adapter, res: ConfigReparse, ex, touched: set[int], b: _Batch) -> None:
+    version = adapter.parser_version
+    prev_ok = b.prev_ok.get(ex.id)
+    texts = list(ex.query_texts)
+    outage = False
+    try:
+        parsed = adapter.parse(texts, ex.status_code, ex.response_headers or {}, ex.response_body or b"")
+        if len(parsed) != len(texts):
+            raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
+        error = None
+    except EngineOutage as exc:
+        parsed, error, outage = None, f"outage: {exc}", True
+    except (EngineParseError, EngineHTTPError) as exc:
+        parsed, error = None, str(exc)
+    res.exchanges += 1
+    shas = b.shas[ex.id]
+    if parsed is None:
+        s.add(ParseOutcome(exchange_id=ex.id, parser_version=version, ok=False, error=error))
+        if prev_ok:
+            res.newly_failed += 1
+        mine = {sha: a for sha in shas if (a := b.current.get((ex.epoch, sha))) is not None and a.exchange_id == ex.id}
+        if mine:
+            s.execute(sa.update(Answer).where(Answer.id.in_([a.id for a in mine.values()])).values(superseded=True))
+            for sha in mine:
+                del b.current[(ex.epoch, sha)]
+            res.unanswered += len(mine)
+            touched.add(ex.epoch)
+        if outage:
+            # A body once read as the engine refusing the text is now known to be an outage:
+            # the text was never refused, so it is due again.
+            s.execute(sa.update(WorkLease).where(
+                WorkLease.config_id == ex.config_id, WorkLease.epoch == ex.epoch, WorkLease.query_sha256.in_(shas),
+                WorkLease.status == "failed").values(status="leased", leased_until=0.0, worker="", note=None))
+        return
+    drops = [int(getattr(h, "dropped", 0) or 0) for h in parsed]
+    reason = next((getattr(h, "drop_reason", None) for h in parsed if getattr(h, "drop_reason", None)), None)
+    s.add(ParseOutcome(exchange_id=ex.id, parser_version=version, ok=True, error=None,
+                       dropped_items=sum(drops), drop_reason=reason))
+    res.dropped += sum(drops)
+    if not prev_ok:
+        res.newly_parsed += 1
+    done: set[str] = set()
+    answered: list[str] = []
+    for text, sha, hits, dropped in zip(texts, shas, parsed, drops):
+        if sha in done:
+            continue  # the same text twice in one batch: one answer
+        done.add(sha)
+        new = [(h.rank, h.name, h.raw) for h in hits]
+        cur = b.current.get((ex.epoch, sha))
+        fetched_at = ex.finished_at or ex.sent_at
+        if cur is not None:
+            if cur.exchange_id != ex.id:
+                continue  # answered from another exchange: fetch once, the first answer stays
+            old = b.hits.get(cur.id, [])
+            if old == new and cur.dropped_items == dropped:
+                cur.parser_version = version
+                continue
+            if [(r, n) for r, n, _ in old] != [(r, n) for r, n, _ in new]:
+                res.changed += 1
+            fetched_at = cur.fetched_at
+            s.execute(sa.update(Answer).where(Answer.id == cur.id).values(superseded=True))
+        else:
+            res.answered += 1
+            answered.append(sha)
+        answer = add_answer(
+            s, config_id=ex.config_id, query_text=text, query_sha256=sha,
+            hits=[HitRow(rank=r, name=n, raw=raw) for r, n, raw in new], epoch=ex.epoch, exchange_id=ex.id,
+            parser_version=version, latency_ms=cur.latency_ms if cur is not None else ex.elapsed_ms,
+            dropped_items=dropped,
+        )
+        # When the bytes were fetched, not when they were re-read (drift studies use it).
+        answer.fetched_at = fetched_at
+        b.current[(ex.epoch, sha)] = answer
+        b.hits[answer.id] = new
+        touched.add(ex.epoch)
+    if answered:
+        s.execute(sa.delete(WorkLease).where(
+            WorkLease.config_id == ex.config_id, WorkLease.epoch == ex.epoch, WorkLease.query_sha256.in_(answered)))
+
+
+def _pending_ids(db, config_id: int, version: int) -> list[int]:
+    done = sa.exists().where(ParseOutcome.exchange_id == Exchange.id, ParseOutcome.parser_version == version)
+    with db.session() as s:
+        return list(s.execute(
+            sa.select(Exchange.id).where(
+                Exchange.config_id == config_id, Exchange.status_code >= 200, Exchange.status_code < 300,
+                Exchange.response_body.is_not(None), ~done)
+            .order_by(Exchange.id)).scalars())
+
+
+def reparse(
+    db, engines: list[str] | None = None, *, dry_run: bool = False, batch: int = BATCH,
+    on_batch: Callable[[ConfigReparse], None] | None = None,
+) -> ReparseSummary:
+    """Re-parse archived bodies of every remote configuration (or those of ``engines``)."""
+    from engines.registry import ENGINES
+
+    wanted = [e.lower() for e in engines or []]
+    for name in wanted:
+        if name not in ENGINES:
+            raise InputError(f"unknown engine {name!r}; remote engines: {', '.join(ENGINES)}")
+    t0 = time.perf_counter()
+    summary = ReparseSummary(dry_run=dry_run)
+    with db.session() as s:
+        q = sa.select(EngineConfig).where(EngineConfig.local.is_(False)).order_by(EngineConfig.id)
+        if wanted:
+            q = q.where(EngineConfig.engine.in_(wanted))
+        configs = list(s.execute(q).scalars())
+        s.expunge_all()
+    dry = db.session() if dry_run else None  # one transaction for everything, rolled back
+    try:
+        for cfg in configs:
+            try:
+                adapter = adapter_for_config(cfg)
+            except InputError as exc:
+                summary.results.append(ConfigReparse(cfg.engine, cfg.label, cfg.id, 0, skipped=str(exc)))
+                continue
+            res = ConfigReparse(cfg.engine, cfg.label, cfg.id, adapter.parser_version)
+            summary.results.append(res)
+            ids = _pending_ids(db, cfg.id, adapter.parser_version)
+            for i in range(0, len(ids), batch):
+                s = dry if dry is not None else db.session()
+                try:
+                    touched: set[int] = set()
+                    exchanges = list(s.execute(sa.select(Exchange).where(Exchange.id.in_(ids[i:i + batch]))
+                                               .order_by(Exchange.id)).scalars())
+                    loaded = _Batch(s, cfg.id, exchanges)
+                    for ex in exchanges:
+                        _reparse_exchange(s, adapter, res, ex, touched, loaded)
+                    for epoch in touched:
+                        # Stored positions of this system are stale now: the scorer rebuilds them.
+                        s.execute(sa.delete(Position).where(Position.config_id == cfg.id, Position.epoch == epoch))
+                    s.flush()
+                    if dry is None:
+                        s.commit()
+                    else:
+                        s.expunge_all()
+                except IntegrityError:
+                    s.rollback()
+                    raise UserError(
+                        f"reparse: answers of {cfg.label!r} were written meanwhile (a crawl is running?); "
+                        "nothing of this batch was written: run `engines reparse` again when the crawl is done"
+                    ) from None
+                finally:
+                    if dry is None:
+                        s.close()
+                if on_batch is not None:
+                    on_batch(res)
+    finally:
+        if dry is not None:
+            dry.rollback()
+            dry.close()
+    summary.elapsed = time.perf_counter() - t0
+    return summary
+
+
+def summary_lines(summary: ReparseSummary) -> list[str]:
+    lines = []
+    for r in summary.results:
+        if r.skipped:
+            lines.append(f"{r.engine} [{r.label}]: skipped ({r.skipped})")
+            continue
+        line = (f"{r.engine} [{r.label}]: {r.exchanges} exchanges re-parsed with parser v{r.parser_version}, "
+                f"{r.newly_parsed} newly parsed, {r.newly_failed} newly failed, {r.changed} answers changed, "
+                f"{r.answered} texts answered without a send")
+        if r.unanswered:
+            line += f", {r.unanswered} answers rejected (those texts are due again)"
+        if r.dropped:
+            line += f", {r.dropped} items dropped"
+        lines.append(line)
+    lines.append(f"reparse: {summary.exchanges} exchanges in {summary.elapsed:.2f} s "
+                 f"({summary.rate:.0f} exchanges/s)" + ("; dry run, nothing written" if summary.dry_run else ""))
+    return lines
