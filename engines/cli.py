@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "engines.commands.demo",
     "engines.commands.run",
     "engines.commands.crawl",
+    "engines.commands.sql",
 )
 
 
