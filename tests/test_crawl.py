@@ -359,7 +359,7 @@ def test_status_and_readonly_sql(mpr_url: str, rows) -> None:
     res = runner.invoke(app, ["sql", "DELETE FROM answers"], env=env)
     assert res.exit_code == 2 and res.stderr.startswith("engines sql: refused: DELETE is not a query")
     assert table_count(mpr_url, Answer) == 4
-    res = runner.invoke(app, ["sql", "SELEC nonsense"], env=env)
+    res = runner.invoke(app, ["sql", "SELECT * FROM nonsense"], env=env)
     assert res.exit_code == 1 and res.stderr.startswith("error: SQL error")
     res = runner.invoke(app, ["sql", "SELECT 1; DELETE FROM answers"], env=env)
     assert res.exit_code == 2 and "one statement only" in res.stderr
