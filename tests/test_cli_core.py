@@ -78,6 +78,7 @@ def test_invalid_json_corpus_line_is_reported(run, write_jsonl) -> None:
 
 def test_table_cells_are_not_rich_markup(run) -> None:
     # Labels and SQL values may contain brackets (e.g. "bm25 [fields]"); they must print verbatim.
+    assert run("db", "upgrade").exit_code == 0  # engines sql opens an existing file read-only
     res = run("sql", "SELECT '[bold]kept[/bold] [fields]' AS v")
     assert res.exit_code == 0, res.output
     assert "[bold]kept[/bold] [fields]" in res.stdout

@@ -87,6 +87,13 @@ def crawl_cmd(
         else:
             rates["*"] = parse_rate(r)
     urls = _pairs(url, "--url", "leansearch=http://127.0.0.1:8765")
+    for k, v in urls.items():
+        if not v:
+            raise InputError(f"--url {k}= is empty; pass ENGINE=http(s)://HOST[:PORT], or drop it for the public service")
+        if k in ENGINES:
+            from engines.base import check_base_url
+
+            check_base_url(k, v, f"--url {k}=")
     for k in list(rates) + list(urls):
         if k != "*" and k not in names:
             raise InputError(f"--rate/--url names engine {k!r}, which is not being crawled ({', '.join(names)})")
