@@ -1,9 +1,9 @@
 """Fetch one batch of query texts from one engine: pace, send, archive, parse, retry.
 
 Order per attempt (PERFORMANCE-NOTES.md §6.3–6.4): the pacer is *inside* the retried
-function, so every retry is re-paced; after each grant ``before_send`` renews the
+function, so every retry is re-paced; before each attempt ``before_send`` renews the
 leases and drops texts answered or claimed elsewhere meanwhile (nothing left: no
-send); when the request headers start to leave, the send log is corrected to that
+send); the slot is granted right before sending; when the request headers start to leave, the send log is corrected to that
 moment (before the response, so other workers' windows see it); the exchange
 (request as sent with secrets redacted by :func:`engines.base.redact_headers` /
 :func:`engines.base.redact_url`, status, headers, raw body or the transport error) is
@@ -189,7 +189,6 @@ class Fetcher:
     async def _attempt(
         self, items: list[tuple[str, str]], texts: list[str], attempt: int, outcome: FetchOutcome
     ) -> None:
-        granted = await self.pacer.acquire()
         if self.before_send is not None:
             keep = set(await asyncio.to_thread(self.before_send, [sha for sha, _ in items]))
             if len(keep) < len(items):
@@ -200,9 +199,13 @@ class Fetcher:
                 items = [(sha, t) for sha, t in items if sha in keep]
                 texts = [t for _, t in items]
         if not items:
-            return  # the granted slot goes unused: the log over-counts, never under
+            return  # nothing left to send, so no slot is taken
         request = self.adapter.build_request(texts)
         body_out = request.content if request.content else None
+        # The slot is taken last, after the lease check (database work) and building the
+        # request: until the departure corrects the send log, other workers count this send
+        # from the grant, so every millisecond between the two eats into the safety margin.
+        granted = await self.pacer.acquire()
         left: list[float] = []
         correcting: list[asyncio.Task] = []
 

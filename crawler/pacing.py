@@ -28,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import sqlalchemy as sa
@@ -151,6 +152,11 @@ class MemoryLedger:
         return self.pauses.get(host)
 
 
+# How long a granted send counts as "may leave any moment" when its sender never
+# corrects it (killed between grant and departure): then its recorded time counts.
+PENDING_MAX = 10.0
+
+
 class DbLedger:
     """Send times in ``send_log`` and pauses in ``host_state``: shared by every process.
 
@@ -195,19 +201,21 @@ class DbLedger:
                 paused = conn.execute(
                     sa.select(self._hs.c.paused_until).where(self._hs.c.host == host).with_for_update()
                 ).scalar()
-                recent = list(
-                    conn.execute(
-                        sa.select(self._sl.c.sent_at)
-                        .where(self._sl.c.host == host)
-                        .order_by(self._sl.c.sent_at.desc())
-                        .limit(rate.n)
-                    ).scalars()
-                )
-                t = earliest_send(recent, paused, rate, margin, credit)
+                rows = conn.execute(
+                    sa.select(self._sl.c.sent_at, self._sl.c.pending)
+                    .where(self._sl.c.host == host)
+                    .order_by(self._sl.c.sent_at.desc())
+                    .limit(rate.n)
+                ).all()
                 current = now()
+                # A granted send that has not left yet may leave any moment: count it as
+                # leaving now, so the window never starts before its real departure however
+                # late its sender runs (a busy machine). A dead sender's mark lapses.
+                recent = [max(t, current) if p and current - t < PENDING_MAX else t for t, p in rows]
+                t = earliest_send(recent, paused, rate, margin, credit)
                 if t > current:
                     return False, t
-                conn.execute(sa.insert(self._sl).values(host=host, sent_at=current, worker=worker))
+                conn.execute(sa.insert(self._sl).values(host=host, sent_at=current, worker=worker, pending=True))
         return True, current
 
     def pause(self, host: str, until: float) -> None:
@@ -228,7 +236,8 @@ class DbLedger:
     def correct(self, host: str, recorded: float, actual: float) -> None:
         with self.db.engine.begin() as conn:
             conn.execute(
-                sa.update(self._sl).where(self._sl.c.host == host, self._sl.c.sent_at == recorded).values(sent_at=actual)
+                sa.update(self._sl).where(self._sl.c.host == host, self._sl.c.sent_at == recorded)
+                .values(sent_at=actual, pending=False)
             )
 
     def paused_until(self, host: str) -> float | None:
@@ -257,6 +266,8 @@ class DeadlineReached(Exception):
 class PacerStats:
     sends: int = 0
     waited: float = 0.0  # seconds spent waiting for a slot
+    # grant -> departure of the last sends (seconds): the send jitter perf/pacing_load.py reports
+    send_delays: deque = field(default_factory=lambda: deque(maxlen=10_000))
 
 
 class Pacer:
@@ -328,8 +339,9 @@ class Pacer:
         GIL, the scheduler); a window counted from the recorded time would be that much
         short on the server's side, so a late departure replaces the recorded time.
         """
+        self.stats.send_delays.append(actual - recorded)
         if actual - recorded <= threshold:
-            return
+            actual = recorded  # not worth moving; the call still clears the pending mark
         self.ledger.correct(self.host, recorded, actual)
         if self._last is not None and self._last[0] == recorded:
             self._last = (actual, self._last[1])

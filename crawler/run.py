@@ -327,6 +327,7 @@ async def _crawl_engine(
     batch = eng.adapter.batch_size
     interval = fetcher.pacer.interval
     counted_at = time.monotonic()
+    reseeded = False
     try:
         while True:
             if opts.limit is not None and res.sent_texts >= opts.limit:
@@ -342,6 +343,11 @@ async def _crawl_engine(
                     # Other workers hold the rest: wait for them, and take over any lease
                     # that expires (a dead worker) instead of exiting with work remaining.
                     await asyncio.sleep(min(5.0, max(0.2, interval)))
+                    continue
+                if not reseeded:
+                    # Workers that stopped early deleted their claims; bring back what is due.
+                    reseeded = True
+                    await asyncio.to_thread(eng.queue.seed)
                     continue
                 break
             # Leases are renewed by the fetcher after every pacer grant (WorkQueue.keep_due).

@@ -1,10 +1,12 @@
-"""read-only role for engines sql (PostgreSQL): engines_reader and its query function
+"""read-only role for engines sql (PostgreSQL), pending sends in send_log
 
 Revision ID: 0004
 Revises: 0003
 Create Date: 2026-12-01 05:00:00
 
-No table changes. On PostgreSQL, ``store.reader.setup_reader`` creates the
+- ``send_log.pending``: a send slot granted but not yet left; other workers count it as
+  leaving now until the sender corrects its time (pacing under load, issue 12).
+- On PostgreSQL, ``store.reader.setup_reader`` creates the
 cluster-global role ``engines_reader`` when it is missing (never drops it), grants it
 SELECT on this schema's tables and views, and creates the SECURITY DEFINER function
 ``engines_sql_select`` it owns. Without the right to create roles the migration still
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import sys
 
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0004"
@@ -26,6 +29,8 @@ depends_on = None
 def upgrade() -> None:
     from store.reader import FIX_HINT, setup_reader
 
+    with op.batch_alter_table("send_log", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("pending", sa.Boolean(), server_default=sa.false(), nullable=False))
     bind = op.get_bind()
     problem = setup_reader(bind)
     if problem is not None:
@@ -38,3 +43,5 @@ def downgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name == "postgresql":
         op.execute(f"DROP FUNCTION IF EXISTS {FUNCTION_SIG}")
+    with op.batch_alter_table("send_log", schema=None) as batch_op:
+        batch_op.drop_column("pending")
