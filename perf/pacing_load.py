@@ -55,7 +55,7 @@ def _serve(rows: list, n: int, period: float, port_q, stop_ev, stats_q) -> None:
         stats_q.put({"requests": st.requests, "violations": st.violations, "receive_times": list(st.receive_times)})
 
 
-def _worker(url: str, srv_url: str, n: int, period: float, margin, limit, go, out_q) -> None:
+def _worker(url: str, srv_url: str, n: int, period: float, margin, limit, bench: str, ready, go, out_q) -> None:
     """One crawl worker process; reports (grant, departure) pairs of its sends."""
     import crawler.pacing as pacing
     from crawler.fetch import RetryPolicy
@@ -78,8 +78,9 @@ def _worker(url: str, srv_url: str, n: int, period: float, margin, limit, go, ou
                 print(message, file=sys.stderr)
 
     db = open_database(url)
+    ready.release()
     go.wait()
-    opts = CrawlOptions(engines=["leanexplore"], bench="mathlibqr", rates={"*": Rate(n, period)},
+    opts = CrawlOptions(engines=["leanexplore"], bench=bench, rates={"*": Rate(n, period)},
                         urls={"leanexplore": srv_url}, margin=margin, limit=limit,
                         policy=RetryPolicy(backoff_initial=0.05, backoff_max=0.5))
     summary = run_crawl(db, opts, _Quiet(every=1e9))
@@ -94,7 +95,7 @@ def _quantile(xs: list[float], q: float) -> float:
 
 
 def run(*, workers: int = 3, n: int = 20, period: float = 1.0, queries: int = 240, burners: int | None = None,
-        margin: float | None = None, pg: str = PG_DEFAULT, rows: int = 1500) -> dict:
+        margin: float | None = None, pg: str = PG_DEFAULT, rows: int = 1500, bench: str = "mathlibqr") -> dict:
     import sqlalchemy as sa
 
     from benchmarks import SLICE_CORPUS, shipped_path
@@ -113,7 +114,7 @@ def run(*, workers: int = 3, n: int = 20, period: float = 1.0, queries: int = 24
     procs: list = []
     try:
         db = open_database(url)
-        load_benchmark_file(db, shipped_path("MathlibQR.json"))
+        load_benchmark_file(db, shipped_path({"mathlibqr": "MathlibQR.json", "mathlibmpr": "MathlibMPR.json"}[bench]))
         db.dispose()
         with open(SLICE_CORPUS, encoding="utf-8") as fh:
             corpus = [json.loads(line) for line in itertools.islice(fh, rows)]
@@ -122,9 +123,9 @@ def run(*, workers: int = 3, n: int = 20, period: float = 1.0, queries: int = 24
         server.start()
         procs.append(server)
         srv_url = port_q.get(timeout=120)
-        go, out_q = ctx.Event(), ctx.Queue()
+        go, out_q, ready = ctx.Event(), ctx.Queue(), ctx.Semaphore(0)
         per_worker = -(-queries // workers)
-        ws = [ctx.Process(target=_worker, args=(url, srv_url, n, period, margin, per_worker, go, out_q), daemon=True)
+        ws = [ctx.Process(target=_worker, args=(url, srv_url, n, period, margin, per_worker, bench, ready, go, out_q), daemon=True)
               for _ in range(workers)]
         for w in ws:
             w.start()
@@ -134,7 +135,9 @@ def run(*, workers: int = 3, n: int = 20, period: float = 1.0, queries: int = 24
         for b in burns:
             b.start()
         procs += burns
-        time.sleep(0.5)  # workers import and connect meanwhile; the burners are spinning
+        for _ in ws:  # every worker imported and connected; the burners are spinning meanwhile
+            assert ready.acquire(timeout=300), "a worker did not start"
+        time.sleep(0.2)
         t0 = time.perf_counter()
         go.set()
         results = [out_q.get(timeout=600) for _ in ws]

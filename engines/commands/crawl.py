@@ -67,7 +67,7 @@ def crawl_cmd(
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.1, help="Seconds per request (default: the engine's)."),
     lease_ttl: float = typer.Option(900.0, "--lease-ttl", min=1.0, help="Seconds a worker's claim on a query lasts (PostgreSQL workers)."),
     margin: Optional[float] = typer.Option(
-        None, "--margin", min=0.0, help="Pacing safety margin in seconds added to the window (default 1% of T + 5 ms, 20 ms..1 s)."),
+        None, "--margin", min=0.0, help="Pacing safety margin in seconds added to the window (default 1% of T + 5 ms, 100 ms..1 s)."),
 ) -> None:
     """Crawl remote engines, paced and resumable; safe to kill and to run again (cron-friendly exit codes)."""
     from crawler.fetch import RetryPolicy
