@@ -395,6 +395,7 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
     if path is not None:
         lock = CrawlLock(path)
         lock.acquire()
+    crawl_id: int | None = None
     try:
         engines = _resolve_engines(db, opts, worker)
         with db.session() as s, s.begin():
@@ -447,9 +448,29 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
                                       "attempts": r.attempts, "pending": r.counts.pending,
                                       "stopped": r.stopped, "epoch": r.epoch} for r in summary.results}
         return summary
+    except BaseException as exc:
+        if crawl_id is not None:
+            _record_failure(db, crawl_id, exc)
+        raise
     finally:
         if lock is not None:
             lock.release()
+
+
+def _record_failure(db, crawl_id: int, exc: BaseException) -> None:
+    """A crawl that stopped on an error is never left "running": failed (or interrupted), with why."""
+    interrupted = isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError))
+    reason = "interrupted" if interrupted else (" ".join(str(getattr(exc, "message", exc)).split())[:500]
+                                                  or type(exc).__name__)
+    try:
+        with db.session() as s, s.begin():
+            row = s.get(Crawl, crawl_id)
+            if row is not None and row.status == "running":
+                row.status = "interrupted" if interrupted else "failed"
+                row.finished_at = utcnow()
+                row.summary = {**(row.summary or {}), "error": reason}
+    except Exception:  # noqa: BLE001 - the original error matters more than this bookkeeping
+        pass
 
 
 def run_crawl(db, opts: CrawlOptions, reporter: Reporter | None = None) -> CrawlSummary:

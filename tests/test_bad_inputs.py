@@ -213,3 +213,44 @@ def test_unexpected_errors_are_one_line_unless_debugging(monkeypatch, capsys) ->
     monkeypatch.setenv("ENGINES_DEBUG", "1")
     with pytest.raises(RuntimeError, match="kaput"):
         cli.run(["corpus", "list"])
+
+
+def test_crawl_that_fails_to_start_records_failed_not_running(any_db_url, monkeypatch, capsys, tmp_path) -> None:
+    """An error after the crawl's row exists (here: recovering archived bodies) ends the row
+    as failed, with the reason; the command prints one line. A bad --url never gets that far."""
+    import sqlalchemy as sa
+
+    import crawler.run as run_mod
+    from benchmarks import shipped_path
+    from store.benchmarks import load_benchmark_file
+    from store.errors import UserError
+    from store.models import Crawl
+
+    db = open_database(any_db_url)
+    load_benchmark_file(db, shipped_path("MathlibMPR.json"))
+    db.dispose()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ENGINES_DATABASE_URL", any_db_url)
+    argv = ["crawl", "leanexplore", "--bench", "mathlibmpr", "--url", "leanexplore=http://127.0.0.1:9"]
+
+    assert cli.run([*argv[:-1], "leanexplore=http://127.0.0.1:99999"]) == 1
+    assert "port 99999 is out of range" in capsys.readouterr().err
+
+    def broken(*_a, **_k):
+        raise UserError("the archive could not be read\nsecond line")
+
+    monkeypatch.setattr(run_mod, "recover_unparsed", broken)
+    assert cli.run(argv) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == "error: the archive could not be read second line"
+    assert "Traceback" not in err
+    db = open_database(any_db_url)
+    try:
+        with db.session() as s:
+            rows = s.execute(sa.select(Crawl.status, Crawl.summary, Crawl.finished_at)).all()
+    finally:
+        db.dispose()
+    assert len(rows) == 1  # the port-99999 attempt left no row at all
+    status, summary, finished = rows[0]
+    assert status == "failed" and summary == {"error": "the archive could not be read second line"}
+    assert finished is not None
