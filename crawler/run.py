@@ -63,6 +63,9 @@ class CrawlOptions:
     lease_ttl: float = 900.0
     timeout: float | None = None
     margin: float | None = None  # pacing safety margin (None: crawler.pacing.default_margin)
+    # engine → identity that replaces the base URL in the configuration (``engines demo``'s
+    # stand-ins: the same configuration whatever port they get, labelled "ENGINE (stand-in)")
+    stand_ins: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -269,7 +272,11 @@ def _resolve_engines(db, opts: CrawlOptions, worker: str) -> list[_Engine]:
         adapter = get_adapter(name, base_url=opts.urls.get(name), **params)
         ident = adapter.identity()
         label = name if adapter.num_results == adapter.defaults.num_results else f"{name}@{adapter.num_results}"
-        if "base_url" in ident:
+        if name in opts.stand_ins:
+            ident.pop("base_url", None)
+            ident["stand_in"] = opts.stand_ins[name]
+            label += " (stand-in)"
+        elif "base_url" in ident:
             label += f" ({ident['base_url']})"
         with db.session() as s, s.begin():
             cfg = ensure_config(
