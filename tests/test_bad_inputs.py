@@ -109,7 +109,8 @@ CASES = [
     ("crawl-unknown-option", ["crawl", "leansearch", *B, "--fast"], None, "No such option"),
     # benchmarks
     ("bench-missing-file", ["bench", "load", "/nonexistent/b.json"], None, "does not exist"),
-    ("bench-malformed-json", ["bench", "load", "{d}/bad.json"], None, "bad.json:2: invalid JSON"),
+    ("bench-malformed-json", ["bench", "load", "{d}/bad.json"], None,
+     "bad.json:2: invalid JSON (Expecting value at column 8)"),
     ("bench-not-a-benchmark", ["bench", "load", "{d}/list.json"], None, "list.json"),
     ("bench-empty-file", ["bench", "load", "{d}/empty.json"], None, "empty.json"),
     ("bench-directory", ["bench", "load", "{d}"], None, "is a directory"),
