@@ -17,7 +17,10 @@ recipe of §6.3 itself:
   tables, so a restart right after a burst reloads them, and on PostgreSQL the
   "check the window + insert the send" step runs under a row lock on the host's
   ``host_state`` row (``SELECT ... FOR UPDATE``), so processes sharing one database
-  share one budget per host and never exceed it together.
+  share one budget per host and never exceed it together. A send is written *pending*
+  at its grant and counts as leaving "now" for every other reader until the sender
+  corrects it to its departure (``Pacer.correct``), so a sender that the machine
+  delays between grant and departure cannot make another worker's window start early.
 
 Clock and sleep are injectable (:class:`Clock`), so tests drive the pacer with a fake
 clock and assert the window bound exactly. Times are unix seconds (floats).
@@ -51,9 +54,9 @@ def default_margin(rate: Rate) -> float:
     longer eats into the window. What the margin still has to absorb is the jitter
     between the departure and the moment the server counts the request: measured with
     ``perf/pacing_load.py`` (3 workers on PostgreSQL, one CPU burner per core on a
-    2-core machine already at load 6–7; 2026-12-01) as median 4–8 ms, p99 35–83 ms,
-    max 44–116 ms. The grant-to-departure jitter on the same runs was median 12–16 ms,
-    p99 165–343 ms, max 227–368 ms: what a margin alone would have had to cover before
+    2-core machine already at load 6–9; 2026-12-01) as median 4–9 ms, p99 35–83 ms,
+    max 44–116 ms. The grant-to-departure jitter on the same runs was median 12–22 ms,
+    p99 165–343 ms, max 227–483 ms: what a margin alone would have had to cover before
     pending sends. The 100 ms floor covers the arrival jitter's observed tail;
     3/30s → 0.305 s, 24/60s → 0.605 s, 1/s and 20/2s → 0.1 s. The sustained rate is n
     per (T + margin). ``--margin`` sets it explicitly (e.g. 1 s for a jittery network).

@@ -1,4 +1,4 @@
-"""``engines crawl``, ``engines status`` and ``engines sql``: crawling and inspecting the cache.
+"""``engines crawl`` and ``engines status``: crawling and inspecting the cache (``engines sql``: sql.py).
 
 Exit codes of ``engines crawl`` (README, "Crawling"): 0 everything due is answered,
 3 work remains (limit, deadline, retries exhausted), 4 an engine was stopped by the
