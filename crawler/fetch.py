@@ -1,9 +1,9 @@
 """Fetch one batch of query texts from one engine: pace, send, archive, parse, retry.
 
 Order per attempt (PERFORMANCE-NOTES.md §6.3–6.4): the pacer is *inside* the retried
-function, so every retry is re-paced; after each grant ``before_send`` renews the
+function, so every retry is re-paced; before each attempt ``before_send`` renews the
 leases and drops texts answered or claimed elsewhere meanwhile (nothing left: no
-send); when the request headers start to leave, the send log is corrected to that
+send); the slot is granted right before sending; when the request headers start to leave, the send log is corrected to that
 moment (before the response, so other workers' windows see it); the exchange
 (request as sent with secrets redacted by :func:`engines.base.redact_headers` /
 :func:`engines.base.redact_url`, status, headers, raw body or the transport error) is
@@ -80,6 +80,10 @@ class RetryPolicy:
     breaker_threshold: int = 10  # consecutive failed attempts that stop an engine
     outage_initial: float = 30.0  # first pause of a host after an outage (doubles)
     outage_max: float = 1800.0  # the backoff cap: a host that is down is tried every 30 min
+
+
+# Seconds of waiting for a send slot after which the leases are checked again before sending.
+LEASE_RECHECK_WAIT = 1.0
 
 
 class Retryable(Exception):
@@ -209,21 +213,38 @@ class Fetcher:
                 f"attempts (last: {message})"
             )
 
+    async def _keep_due(self, items: list[tuple[str, str]], outcome: FetchOutcome) -> list[tuple[str, str]]:
+        """``before_send``: renew the leases, drop texts answered or claimed elsewhere meanwhile."""
+        if self.before_send is None:
+            return items
+        keep = set(await asyncio.to_thread(self.before_send, [sha for sha, _ in items]))
+        if len(keep) < len(items):
+            dropped = [sha for sha, _ in items if sha not in keep]
+            outcome.skipped.extend(dropped)
+            self.on_event(f"{self.adapter.engine}: {len(dropped)} text(s) answered or claimed by "
+                          "another worker meanwhile; not sent")
+            items = [(sha, t) for sha, t in items if sha in keep]
+        return items
+
     async def _attempt(
         self, items: list[tuple[str, str]], texts: list[str], attempt: int, outcome: FetchOutcome
     ) -> None:
-        granted = await self.pacer.acquire()
-        if self.before_send is not None:
-            keep = set(await asyncio.to_thread(self.before_send, [sha for sha, _ in items]))
-            if len(keep) < len(items):
-                dropped = [sha for sha, _ in items if sha not in keep]
-                outcome.skipped.extend(dropped)
-                self.on_event(f"{self.adapter.engine}: {len(dropped)} text(s) answered or claimed by "
-                              "another worker meanwhile; not sent")
-                items = [(sha, t) for sha, t in items if sha in keep]
-                texts = [t for _, t in items]
+        items = await self._keep_due(items, outcome)
         if not items:
-            return  # the granted slot goes unused: the log over-counts, never under
+            return  # nothing left to send, so no slot is taken
+        # The slot is taken last, after the lease check (database work) and building the
+        # request: until the departure corrects the send log, other workers count this send
+        # from the grant, so every millisecond between the two eats into the safety margin.
+        asked = time.monotonic()
+        granted = await self.pacer.acquire()
+        if time.monotonic() - asked > LEASE_RECHECK_WAIT:
+            # A long wait for the slot (courtesy pacing, a pause) can outlive the lease, and
+            # another worker may have answered or claimed a text meanwhile: check again, so
+            # nothing is sent twice. An unused slot over-counts the log, never under.
+            items = await self._keep_due(items, outcome)
+            if not items:
+                return
+        texts = [t for _, t in items]
         request = self.adapter.build_request(texts)
         body_out = request.content if request.content else None
         left: list[float] = []

@@ -17,7 +17,10 @@ recipe of §6.3 itself:
   tables, so a restart right after a burst reloads them, and on PostgreSQL the
   "check the window + insert the send" step runs under a row lock on the host's
   ``host_state`` row (``SELECT ... FOR UPDATE``), so processes sharing one database
-  share one budget per host and never exceed it together.
+  share one budget per host and never exceed it together. A send is written *pending*
+  at its grant and counts as leaving "now" for every other reader until the sender
+  corrects it to its departure (``Pacer.correct``), so a sender that the machine
+  delays between grant and departure cannot make another worker's window start early.
 
 Clock and sleep are injectable (:class:`Clock`), so tests drive the pacer with a fake
 clock and assert the window bound exactly. Times are unix seconds (floats).
@@ -28,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import sqlalchemy as sa
@@ -42,15 +46,22 @@ parse_rate = _parse_rate  # "3/30s" -> Rate(3, 30.0); one parser for adapters an
 
 
 def default_margin(rate: Rate) -> float:
-    """Safety margin added to the window: 1 % of T + 5 ms, at least 20 ms, at most 1 s.
+    """Safety margin added to the window: 1 % of T + 5 ms, at least 100 ms, at most 1 s.
 
     Send times are recorded when the request starts to leave (see ``Pacer.correct``),
-    so the margin only has to absorb timer jitter and jitter on the way to the server
-    (PERFORMANCE-NOTES §6.1 and §6.3: asyncio timers can fire early). 3/30s → 0.305 s;
-    20/2s → 25 ms. The sustained rate is n per (T + margin), about 98.8 % of the limit
-    for T >= 2 s. ``--margin`` sets it explicitly (e.g. 1 s for a jittery network).
+    and a granted send that has not left yet counts as leaving *now* for every other
+    worker (``send_log.pending``), so the time between a grant and the departure no
+    longer eats into the window. What the margin still has to absorb is the jitter
+    between the departure and the moment the server counts the request: measured with
+    ``perf/pacing_load.py`` (3 workers on PostgreSQL, one CPU burner per core on a
+    2-core machine already at load 6–9; 2026-12-01) as median 4–9 ms, p99 35–83 ms,
+    max 44–116 ms. The grant-to-departure jitter on the same runs was median 12–22 ms,
+    p99 165–343 ms, max 227–483 ms: what a margin alone would have had to cover before
+    pending sends. The 100 ms floor covers the arrival jitter's observed tail;
+    3/30s → 0.305 s, 24/60s → 0.605 s, 1/s and 20/2s → 0.1 s. The sustained rate is n
+    per (T + margin). ``--margin`` sets it explicitly (e.g. 1 s for a jittery network).
     """
-    return min(1.0, max(0.02, 0.005 + 0.01 * rate.period))
+    return min(1.0, max(0.1, 0.005 + 0.01 * rate.period))
 
 
 # ------------------------------------------------------------------------- clocks
@@ -181,6 +192,11 @@ class MemoryLedger:
         self.outages.pop(host, None)
 
 
+# How long a granted send counts as "may leave any moment" when its sender never
+# corrects it (killed between grant and departure): then its recorded time counts.
+PENDING_MAX = 10.0
+
+
 class DbLedger:
     """Send times in ``send_log`` and pauses in ``host_state``: shared by every process.
 
@@ -225,19 +241,21 @@ class DbLedger:
                 paused = conn.execute(
                     sa.select(self._hs.c.paused_until).where(self._hs.c.host == host).with_for_update()
                 ).scalar()
-                recent = list(
-                    conn.execute(
-                        sa.select(self._sl.c.sent_at)
-                        .where(self._sl.c.host == host)
-                        .order_by(self._sl.c.sent_at.desc())
-                        .limit(rate.n)
-                    ).scalars()
-                )
-                t = earliest_send(recent, paused, rate, margin, credit)
+                rows = conn.execute(
+                    sa.select(self._sl.c.sent_at, self._sl.c.pending)
+                    .where(self._sl.c.host == host)
+                    .order_by(self._sl.c.sent_at.desc())
+                    .limit(rate.n)
+                ).all()
                 current = now()
+                # A granted send that has not left yet may leave any moment: count it as
+                # leaving now, so the window never starts before its real departure however
+                # late its sender runs (a busy machine). A dead sender's mark lapses.
+                recent = [max(t, current) if p and current - t < PENDING_MAX else t for t, p in rows]
+                t = earliest_send(recent, paused, rate, margin, credit)
                 if t > current:
                     return False, t
-                conn.execute(sa.insert(self._sl).values(host=host, sent_at=current, worker=worker))
+                conn.execute(sa.insert(self._sl).values(host=host, sent_at=current, worker=worker, pending=True))
         return True, current
 
     def pause(self, host: str, until: float) -> None:
@@ -258,7 +276,8 @@ class DbLedger:
     def correct(self, host: str, recorded: float, actual: float) -> None:
         with self.db.engine.begin() as conn:
             conn.execute(
-                sa.update(self._sl).where(self._sl.c.host == host, self._sl.c.sent_at == recorded).values(sent_at=actual)
+                sa.update(self._sl).where(self._sl.c.host == host, self._sl.c.sent_at == recorded)
+                .values(sent_at=actual, pending=False)
             )
 
     def paused_until(self, host: str) -> float | None:
@@ -325,6 +344,8 @@ class DeadlineReached(Exception):
 class PacerStats:
     sends: int = 0
     waited: float = 0.0  # seconds spent waiting for a slot
+    # grant -> departure of the last sends (seconds): the send jitter perf/pacing_load.py reports
+    send_delays: deque = field(default_factory=lambda: deque(maxlen=10_000))
 
 
 class Pacer:
@@ -404,8 +425,9 @@ class Pacer:
         GIL, the scheduler); a window counted from the recorded time would be that much
         short on the server's side, so a late departure replaces the recorded time.
         """
+        self.stats.send_delays.append(actual - recorded)
         if actual - recorded <= threshold:
-            return
+            actual = recorded  # not worth moving; the call still clears the pending mark
         self.ledger.correct(self.host, recorded, actual)
         if self._last is not None and self._last[0] == recorded:
             self._last = (actual, self._last[1])

@@ -242,17 +242,19 @@ class WorkQueue:
             self.held.pop(sha, None)
 
     def release(self) -> None:
-        """Give back what this worker still holds (unanswered after retries, or stopped)."""
+        """On exit, delete the lease rows this worker still holds (unanswered after retries, or
+        stopped): no row outlives the worker that claimed it. The texts stay due (they have no
+        answer); ``seed`` recreates their rows, and a worker re-seeds before it stops for
+        lack of work, so texts released by another worker are not lost to a running one."""
         if not self.held:
             return
         shas = list(self.held)
         with self.db.session() as s, s.begin():
             for i in range(0, len(shas), 500):
                 s.execute(
-                    sa.update(WorkLease)
+                    sa.delete(WorkLease)
                     .where(*self._key(), WorkLease.query_sha256.in_(shas[i:i + 500]),
                            WorkLease.worker == self.worker, WorkLease.status == "leased")
-                    .values(leased_until=0.0, worker="")
                 )
         self.held.clear()
 

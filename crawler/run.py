@@ -72,6 +72,9 @@ class CrawlOptions:
     margin: float | None = None  # pacing safety margin (None: crawler.pacing.default_margin)
     sample: int | None = None  # crawl the first N of the seeded, style-stratified order only
     seed: int = 0
+    # engine → identity that replaces the base URL in the configuration (``engines demo``'s
+    # stand-ins: the same configuration whatever port they get, labelled "ENGINE (stand-in)")
+    stand_ins: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -281,7 +284,11 @@ def _resolve_engines(db, opts: CrawlOptions, worker: str) -> list[_Engine]:
         check_secrets_over_tls(adapter)
         ident = adapter.identity()
         label = name if adapter.num_results == adapter.defaults.num_results else f"{name}@{adapter.num_results}"
-        if "base_url" in ident:
+        if name in opts.stand_ins:
+            ident.pop("base_url", None)
+            ident["stand_in"] = opts.stand_ins[name]
+            label += " (stand-in)"
+        elif "base_url" in ident:
             label += f" ({ident['base_url']})"
         with db.session() as s, s.begin():
             cfg = ensure_config(
@@ -397,6 +404,7 @@ async def _crawl_engine(
     batch = eng.adapter.batch_size
     interval = fetcher.pacer.interval
     counted_at = time.monotonic()
+    reseeded = False
     try:
         while True:
             if opts.limit is not None and res.sent_texts >= opts.limit:
@@ -412,6 +420,11 @@ async def _crawl_engine(
                     # Other workers hold the rest: wait for them, and take over any lease
                     # that expires (a dead worker) instead of exiting with work remaining.
                     await asyncio.sleep(min(5.0, max(0.2, interval)))
+                    continue
+                if not reseeded:
+                    # Workers that stopped early deleted their claims; bring back what is due.
+                    reseeded = True
+                    await asyncio.to_thread(eng.queue.seed)
                     continue
                 break
             # Leases are renewed by the fetcher after every pacer grant (WorkQueue.keep_due).
@@ -493,6 +506,7 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
     if path is not None:
         lock = CrawlLock(path)
         lock.acquire()
+    crawl_id: int | None = None
     try:
         engines = _resolve_engines(db, opts, worker)
         with db.session() as s, s.begin():
@@ -545,9 +559,29 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
                                       "attempts": r.attempts, "pending": r.counts.pending,
                                       "stopped": r.stopped, "epoch": r.epoch} for r in summary.results}
         return summary
+    except BaseException as exc:
+        if crawl_id is not None:
+            _record_failure(db, crawl_id, exc)
+        raise
     finally:
         if lock is not None:
             lock.release()
+
+
+def _record_failure(db, crawl_id: int, exc: BaseException) -> None:
+    """A crawl that stopped on an error is never left "running": failed (or interrupted), with why."""
+    interrupted = isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError))
+    reason = "interrupted" if interrupted else (" ".join(str(getattr(exc, "message", exc)).split())[:500]
+                                                  or type(exc).__name__)
+    try:
+        with db.session() as s, s.begin():
+            row = s.get(Crawl, crawl_id)
+            if row is not None and row.status == "running":
+                row.status = "interrupted" if interrupted else "failed"
+                row.finished_at = utcnow()
+                row.summary = {**(row.summary or {}), "error": reason}
+    except Exception:  # noqa: BLE001 - the original error matters more than this bookkeeping
+        pass
 
 
 def run_crawl(db, opts: CrawlOptions, reporter: Reporter | None = None) -> CrawlSummary:

@@ -251,6 +251,33 @@ def decode_json_object(engine: str, status_code: int, headers: Mapping[str, str]
     return data
 
 
+def check_base_url(engine: str, url: str, where: str = "the base URL") -> str:
+    """A usable base URL (scheme http/https, a host, a port 1..65535), without a trailing ``/``;
+    anything else is one :class:`store.errors.InputError` line (never a later crash mid-crawl)."""
+    from urllib.parse import urlsplit
+
+    from store.errors import InputError
+
+    shown = redact_url(url)
+    if not url.startswith(("http://", "https://")):
+        raise InputError(f"{engine}: base URL {shown!r} must start with http:// or https:// (check {where})")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raw = urlsplit(url).netloc.rpartition("@")[2].rpartition(":")[2]
+        if raw.isdigit():
+            raise InputError(f"{engine}: base URL {shown!r}: port {raw} is out of range 1..65535 (check {where})") from None
+        raise InputError(f"{engine}: base URL {shown!r} has a bad port {raw!r}; use 1..65535 (check {where})") from None
+    if not parts.hostname:
+        raise InputError(f"{engine}: base URL {shown!r} has no host (check {where})")
+    if port is not None and not 1 <= port <= 65535:
+        raise InputError(f"{engine}: base URL {shown!r}: port {port} is out of range 1..65535 (check {where})")
+    if any(c.isspace() for c in url):
+        raise InputError(f"{engine}: base URL {shown!r} contains whitespace (check {where})")
+    return url.rstrip("/")
+
+
 class RemoteAdapter:
     """Common constructor, identity, host and request headers of the remote adapters.
 
@@ -278,9 +305,7 @@ class RemoteAdapter:
 
         env = f"ENGINES_{self.engine.upper()}_URL"
         url = base_url or os.environ.get(env) or self.DEFAULT_URL
-        if not url.startswith(("http://", "https://")):
-            raise InputError(f"{self.engine}: base URL {url!r} must start with http:// or https:// (check {env})")
-        self.base_url = url.rstrip("/")
+        self.base_url = check_base_url(self.engine, url, f"--url or {env}")
         self.batch_size = int(params.pop("batch_size", self.defaults.batch_size))
         if self.batch_size < 1 or (self.MAX_BATCH is not None and self.batch_size > self.MAX_BATCH):
             raise InputError(f"{self.engine}: batch_size {self.batch_size} out of range 1..{self.MAX_BATCH}")

@@ -9,10 +9,16 @@ listed in ``COMMAND_MODULES``.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
 from typer.core import TyperGroup
+
+try:  # typer >= 0.2x vendors click as typer._click; older versions use click itself
+    from typer._click import exceptions as _cx
+except ImportError:  # pragma: no cover
+    from click import exceptions as _cx
 
 from store.errors import UserError
 
@@ -27,7 +33,20 @@ COMMAND_MODULES = (
     "engines.commands.run",
     "engines.commands.crawl",
     "engines.commands.reparse",
+    "engines.commands.sql",
 )
+
+
+DEBUG_ENV = "ENGINES_DEBUG"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _unexpected(exc: BaseException) -> str:
+    return (f"error: unexpected {type(exc).__name__}: {_one_line(exc)[:300]} "
+            f"(a bug; set {DEBUG_ENV}=1 for the traceback and please report it)")
 
 
 class _Group(TyperGroup):
@@ -35,8 +54,15 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except UserError as exc:
-            typer.echo(f"error: {exc.message}", err=True)
+            typer.echo(f"error: {_one_line(exc.message)}", err=True)
             raise typer.Exit(exc.exit_code) from None
+        except (_cx.ClickException, typer.Exit, typer.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - one line instead of a traceback, unless debugging
+            if os.environ.get(DEBUG_ENV):
+                raise
+            typer.echo(_unexpected(exc), err=True)
+            raise typer.Exit(1) from None
 
 
 app = typer.Typer(
@@ -44,6 +70,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Help texts are plain text: "hf://OWNER/DATASET@REVISION[/FILE]" is not markup.
+    rich_markup_mode=None,
     help="Compare Lean 4 / Mathlib search engines: crawl politely, cache everything, score with one scorer.",
 )
 
@@ -64,8 +92,45 @@ for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI; return the exit code. Every failure is one line on stderr.
+
+    Click's usage errors (a malformed ``--limit``, an unknown option) are printed as one
+    ``error:`` line instead of the boxed usage text, so cron mails and logs stay greppable.
+    """
+    try:
+        rv = app(args=argv, prog_name="engines", standalone_mode=False)
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        typer.echo("error: interrupted", err=True)
+        return 130
+    except _cx.NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+        return 0
+    except _cx.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "engines"
+        typer.echo(f"error: {_one_line(exc.format_message()).rstrip('.')}; see `{where} --help`", err=True)
+        return exc.exit_code
+    except _cx.ClickException as exc:
+        typer.echo(f"error: {_one_line(exc.format_message())}", err=True)
+        return exc.exit_code
+    except UserError as exc:
+        typer.echo(f"error: {_one_line(exc.message)}", err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        typer.echo("error: interrupted", err=True)
+        return 130
+    except Exception as exc:  # noqa: BLE001
+        if os.environ.get(DEBUG_ENV):
+            raise
+        typer.echo(_unexpected(exc), err=True)
+        return 1
+    return rv if isinstance(rv, int) else 0
+
+
 def main() -> None:
-    app(prog_name="engines")
+    sys.exit(run())
 
 
 if __name__ == "__main__":  # pragma: no cover

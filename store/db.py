@@ -17,7 +17,7 @@ from typing import Iterator
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 from store.errors import DatabaseError
@@ -53,6 +53,24 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001
     cur.close()
 
 
+def _check_sqlite_file(path: Path) -> None:
+    """One clear line before SQLite sees a path it cannot use (it would say only
+    "file is not a database" or "unable to open database file")."""
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise DatabaseError(f"directory {parent} for SQLite database {path} does not exist; create it first")
+    if path.is_dir():
+        raise DatabaseError(f"SQLite database path {path} is a directory; pass a file, e.g. --db sqlite:///{path}/cache.db")
+    if path.exists():
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(16)
+        except OSError as exc:
+            raise DatabaseError(f"cannot read SQLite database {path}: {exc.strerror}; check its permissions") from None
+        if head and head != b"SQLite format 3\x00":
+            raise DatabaseError(f"{path} is not a SQLite database; check --db / {URL_ENV}")
+
+
 def create_db_engine(url: str | None = None) -> Engine:
     """An engine for ``url`` with the project's connection settings; no migrations."""
     url = database_url(url)
@@ -72,11 +90,7 @@ def create_db_engine(url: str | None = None) -> Engine:
     try:
         if backend == "sqlite":
             if parsed.database and parsed.database != ":memory:":
-                parent = Path(parsed.database).expanduser().resolve().parent
-                if not parent.is_dir():
-                    raise DatabaseError(
-                        f"directory {parent} for SQLite database {parsed.database} does not exist; create it first"
-                    )
+                _check_sqlite_file(Path(parsed.database).expanduser())
             engine = sa.create_engine(url, connect_args={"timeout": 30})
             event.listen(engine, "connect", _sqlite_pragmas)
         else:
@@ -120,7 +134,7 @@ def _check_reachable(engine: Engine) -> None:
     try:
         with engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
-    except OperationalError as exc:
+    except sa.exc.DatabaseError as exc:  # OperationalError, or "file is not a database"
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise DatabaseError(
             f"cannot connect to database {redact_url(str(engine.url))}: {reason}; "
@@ -196,8 +210,12 @@ class Database:
 def open_database(url: str | None = None, *, migrate: bool = True) -> Database:
     """Open (and by default migrate) the cache database."""
     engine = create_db_engine(url)
-    if migrate:
-        upgrade(engine)
-    else:
-        _check_reachable(engine)
+    try:
+        if migrate:
+            upgrade(engine)
+        else:
+            _check_reachable(engine)
+    except BaseException:
+        engine.dispose()  # no connection (nor SQLite -wal/-shm files) left open behind an error
+        raise
     return Database(engine=engine, sessionmaker=sessionmaker(engine, expire_on_commit=False))

@@ -363,6 +363,9 @@ class SendLog(Base):
     host: Mapped[str] = mapped_column(String(255))
     sent_at: Mapped[float] = mapped_column(Float)  # unix seconds
     worker: Mapped[str | None] = mapped_column(String(100), default=None)
+    # Granted, not yet left: other workers count it as leaving "now" until the sender
+    # corrects sent_at to the departure (crawler.pacing.DbLedger, PENDING_MAX).
+    pending: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
 
 
 class HostState(Base):

@@ -146,8 +146,29 @@ def test_demo_rerun_fetches_nothing_again(demo_run):
             before = s.scalar(sa.select(sa.func.count(Exchange.id)))
     finally:
         db.dispose()
-    again = _run(["demo", "--targets", str(TARGETS), "--no-dense"], tmp)
+    # The stand-ins' usual ports are taken this time: they start elsewhere, and their
+    # configurations are still the same (identity without the port), so nothing is sent.
+    import socket
+
+    from engines.commands.demo import DEMO_PORTS
+
+    held = []
+    for port in DEMO_PORTS.values():
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+            held.append(sock)
+        except OSError:
+            sock.close()  # taken already (another demo running): just as good
+    try:
+        again = _run(["demo", "--targets", str(TARGETS), "--no-dense"], tmp)
+    finally:
+        for sock in held:
+            sock.close()
     assert again.returncode == 0, again.stderr[-3000:]
+    assert not any(f"on http://127.0.0.1:{p}/" in again.stderr or f"on http://127.0.0.1:{p} " in again.stderr
+                   for p in DEMO_PORTS.values() if held)
     db = open_database(db_url)
     try:
         with db.session() as s:
@@ -156,7 +177,14 @@ def test_demo_rerun_fetches_nothing_again(demo_run):
     finally:
         db.dispose()
     assert after == before  # every text was answered already: nothing is sent twice
-    assert configs == len(DEMO_ENGINES) + 1  # the same stand-in ports → the same configurations
+    assert configs == len(DEMO_ENGINES) + 1  # other ports, the same configurations
+    db = open_database(db_url)
+    try:
+        with db.session() as s:
+            labels = set(s.execute(sa.select(EngineConfig.label).where(EngineConfig.local.is_(False))).scalars())
+    finally:
+        db.dispose()
+    assert labels == {f"{e} (stand-in)" for e in DEMO_ENGINES}  # by engine, not by loopback URL
     assert "0 now, 0 requests" in again.stderr
 
 
@@ -322,3 +350,35 @@ def test_demo_adds_the_dense_row_from_cached_vectors(tmp_path):
     assert dense_rows[0]["params"]["query_format"] == "none"
     answers = _answers_by_engine(f"sqlite:///{tmp_path / 'dd' / 'cache.db'}")
     assert answers[f"dense:{DENSE_MODEL}"] == answers["bm25"] > 0
+
+
+def test_demo_out_holds_every_file(tmp_path):
+    """--out DIR: database, report and caches all under DIR; nothing in the working directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINES_")}
+    proc = subprocess.run([sys.executable, "-m", "engines.cli", "demo", "--targets", "2", "--no-dense",
+                           "--out", "mine"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    out = tmp_path / "mine"
+    assert (out / "cache.db").is_file() and (out / "report" / "index.html").is_file()
+    assert any((out / "cache" / "bm25").iterdir())  # the BM25 index cache
+    assert not (tmp_path / ".engines").exists()
+
+
+def test_demo_standins_rank_differently():
+    """Each stand-in weights other corpus fields: over MathlibQR's first queries their top 10s differ."""
+    import itertools
+
+    from benchmarks import SLICE_CORPUS, shipped_path
+    from engines.emulate.scorer import DEFAULT_WEIGHTS, ENGINE_WEIGHTS, LexicalIndex, load_rows
+
+    rows = load_rows(SLICE_CORPUS)
+    idx = {e: LexicalIndex(rows, w) for e, w in ENGINE_WEIGHTS.items()}
+    queries = [q for item in json.loads(shipped_path("MathlibQR.json").read_text("utf-8"))[:40]
+               for k, q in item.items() if k.startswith("q") and isinstance(q, str)][:60]
+    assert len(queries) >= 40
+    for a, b in itertools.combinations(DEMO_ENGINES, 2):
+        differ = sum([r.index for r, _ in idx[a].search(q, 10)] != [r.index for r, _ in idx[b].search(q, 10)]
+                     for q in queries)
+        assert differ >= len(queries) // 2, (a, b, differ)
+    assert DEFAULT_WEIGHTS not in ENGINE_WEIGHTS.values()

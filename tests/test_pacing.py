@@ -213,7 +213,7 @@ def test_parse_rate_and_margin() -> None:
     with pytest.raises(InputError):
         parse_rate("0/30s")
     assert default_margin(Rate(3, 30.0)) == pytest.approx(0.305)
-    assert default_margin(Rate(10, 0.5)) == pytest.approx(0.02)
+    assert default_margin(Rate(10, 0.5)) == pytest.approx(0.1)  # the floor: arrival jitter under load
     assert default_margin(Rate(1, 3600.0)) == 1.0
 
 
@@ -236,6 +236,7 @@ async def test_late_departure_corrects_the_log_and_next_window(tmp_path) -> None
             pacer.correct(t1, t1 + 0.04)  # left late
             pacer.correct(t1 + 0.04, t1 + 0.0405)  # below the 1 ms threshold: ignored
             t2 = await pacer.acquire()
+            pacer.correct(t2, t2)  # left on time (the fetcher always reports the departure)
             t3 = await pacer.acquire()
             assert t2 == pytest.approx(t1 + 5.0)  # spacing counts from the planned slot
             assert t3 == pytest.approx(t1 + 0.04 + 10.0)  # the window from the actual departure
@@ -244,3 +245,36 @@ async def test_late_departure_corrects_the_log_and_next_window(tmp_path) -> None
         finally:
             if db:
                 db.dispose()
+
+
+async def test_pending_send_counts_as_leaving_now_until_corrected(tmp_path) -> None:
+    """Worker A is granted a slot but has not sent yet (a busy machine): worker B must not
+    count A's window from the grant. It waits while A's send is pending; a mark that is
+    never corrected (A killed) lapses after PENDING_MAX."""
+    from crawler.pacing import PENDING_MAX
+
+    clock = FakeClock()
+    db = open_database(f"sqlite:///{tmp_path / 'p.db'}")
+    try:
+        ledger = DbLedger(db)
+        rate = Rate(1, 2.0)
+        a = Pacer("h", rate, ledger, clock=clock, margin=0.0, worker="a")
+        b = Pacer("h", rate, ledger, clock=clock, margin=0.0, worker="b")
+        ta = await a.acquire()
+        clock.advance(1.5)  # A is descheduled for 1.5 s between its grant and its departure
+        ok, when = ledger.reserve("h", clock.now, rate, 0.0, "b")
+        assert not ok and when == pytest.approx(ta + 1.5 + 2.0)  # counted from "now", not from ta + 2
+        a.correct(ta, ta + 1.5)  # A leaves now
+        ok, when = ledger.reserve("h", clock.now, rate, 0.0, "b")
+        assert not ok and when == pytest.approx(ta + 1.5 + 2.0)  # from the real departure
+        tb = await b.acquire()
+        assert tb == pytest.approx(ta + 3.5)
+        b.correct(tb, tb)
+        # A killed between grant and departure: its mark holds the host for PENDING_MAX at most.
+        tc = await a.acquire()
+        td = await b.acquire()
+        assert td == pytest.approx(tc + PENDING_MAX)
+        assert ledger.history("h", 0.0) == pytest.approx([ta + 1.5, tb, tc, td])
+        assert a.stats.send_delays[0] == pytest.approx(1.5)
+    finally:
+        db.dispose()

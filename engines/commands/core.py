@@ -50,6 +50,26 @@ def db_current(ctx: typer.Context) -> None:
     typer.echo(f"{rev or '(none)'} ({state})")
 
 
+@db_app.command("reader")
+def db_reader(ctx: typer.Context) -> None:
+    """Create or repair the read-only role engines sql runs with (PostgreSQL; needs the right to create roles)."""
+    from store.reader import READER_ROLE, setup_reader
+
+    db = get_db(ctx)
+    if db.dialect != "postgresql":
+        info("SQLite: engines sql opens the file read-only; there is no role to set up")
+        return
+    with db.engine.connect() as conn:
+        problem = setup_reader(conn)
+        if problem is not None:
+            conn.rollback()
+            raise InputError(f"cannot set up the read-only role {READER_ROLE}: {problem}; "
+                             f"run this as a user that may create roles, or have an administrator "
+                             f"run: CREATE ROLE {READER_ROLE} NOLOGIN")
+        conn.commit()
+    info(f"engines sql on {db.url} runs as {READER_ROLE} (SELECT on this schema's tables and views only)")
+
+
 @corpus_app.command("load")
 def corpus_load(
     ctx: typer.Context,

@@ -1,4 +1,4 @@
-"""``engines crawl``, ``engines status`` and ``engines sql``: crawling and inspecting the cache.
+"""``engines crawl`` and ``engines status``: crawling and inspecting the cache (``engines sql``: sql.py).
 
 Exit codes of ``engines crawl`` (README, "Crawling"): 0 everything due is answered,
 3 work remains (limit, deadline, retries exhausted, an outage or a server-requested
@@ -74,7 +74,7 @@ def crawl_cmd(
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.1, help="Seconds per request (default: the engine's)."),
     lease_ttl: float = typer.Option(900.0, "--lease-ttl", min=1.0, help="Seconds a worker's claim on a query lasts (PostgreSQL workers)."),
     margin: Optional[float] = typer.Option(
-        None, "--margin", min=0.0, help="Pacing safety margin in seconds added to the window (default 1% of T + 5 ms, 20 ms..1 s)."),
+        None, "--margin", min=0.0, help="Pacing safety margin in seconds added to the window (default 1% of T + 5 ms, 100 ms..1 s)."),
     max_pause: str = typer.Option(
         "30m", "--max-pause", help="Longest host pause (Retry-After, outage backoff) this run waits out; a longer one stops that engine (exit 3)."),
 ) -> None:
@@ -96,6 +96,13 @@ def crawl_cmd(
         else:
             rates["*"] = parse_rate(r)
     urls = _pairs(url, "--url", "leansearch=http://127.0.0.1:8765")
+    for k, v in urls.items():
+        if not v:
+            raise InputError(f"--url {k}= is empty; pass ENGINE=http(s)://HOST[:PORT], or drop it for the public service")
+        if k in ENGINES:
+            from engines.base import check_base_url
+
+            check_base_url(k, v, f"--url {k}=")
     for k in list(rates) + list(urls):
         if k != "*" and k not in names:
             raise InputError(f"--rate/--url names engine {k!r}, which is not being crawled ({', '.join(names)})")
@@ -275,125 +282,6 @@ def drop_lines(db, configs) -> list[str]:  # noqa: ANN001
     return out
 
 
-def _statements(sql: str) -> int:
-    """Number of statements (``;``-separated outside quotes and comments, empty ones ignored)."""
-    n, i, cur, L = 0, 0, False, len(sql)
-    while i < L:
-        c = sql[i]
-        if c in "'\"":
-            j = sql.find(c, i + 1)
-            while j != -1 and j + 1 < L and sql[j + 1] == c:  # doubled quote inside
-                j = sql.find(c, j + 2)
-            i = L if j == -1 else j + 1
-            cur = True
-            continue
-        if sql.startswith("--", i):
-            j = sql.find("\n", i)
-            i = L if j == -1 else j + 1
-            continue
-        if sql.startswith("/*", i):
-            j = sql.find("*/", i + 2)
-            i = L if j == -1 else j + 2
-            continue
-        if c == "$":
-            m = re.match(r"\$[A-Za-z_]*\$", sql[i:])
-            if m:
-                j = sql.find(m.group(0), i + len(m.group(0)))
-                i = L if j == -1 else j + len(m.group(0))
-                cur = True
-                continue
-        if c == ";":
-            n += cur
-            cur = False
-        elif not c.isspace():
-            cur = True
-        i += 1
-    return n + cur
-
-
-def _run_sqlite_read_only(db, query: str) -> tuple[list[str], list]:  # noqa: ANN001
-    # sqlite3 refuses more than one statement per execute, and query_only refuses writes.
-    with db.engine.connect() as conn:
-        conn.exec_driver_sql("PRAGMA query_only = ON")
-        try:
-            result = conn.exec_driver_sql(query)
-            return (list(result.keys()), result.fetchall()) if result.returns_rows else ([], [])
-        finally:
-            conn.rollback()
-            conn.exec_driver_sql("PRAGMA query_only = OFF")
-
-
-def _run_postgres_read_only(db, query: str) -> tuple[list[str], list]:  # noqa: ANN001
-    """Read-only at the session level, sent as a prepared statement.
-
-    A plain query goes over the simple protocol, which runs every `;`-separated command:
-    `COMMIT; DELETE ...` (hidden from `_statements` inside an E'...' string) would end a
-    read-only *transaction* and write. The extended protocol refuses multiple commands, and
-    a read-only *session* keeps any later transaction read-only too. The connection is
-    discarded afterwards so the setting never reaches the pool.
-    """
-    import psycopg
-
-    with db.engine.connect() as conn:
-        try:
-            conn.exec_driver_sql("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-            conn.commit()
-            raw = conn.connection.driver_connection
-            try:
-                with raw.cursor() as cur:
-                    cur.execute(query, prepare=True)
-                    if cur.description is None:
-                        return [], []
-                    return [d.name for d in cur.description], cur.fetchall()
-            except psycopg.Error as exc:
-                reason = str(exc).strip().splitlines()[0]
-                raise UserError(f"SQL error: {reason} (engines sql runs read-only queries)") from None
-            finally:
-                raw.rollback()
-        finally:
-            conn.invalidate()
-
-
-def sql_cmd(
-    ctx: typer.Context,
-    query: str = typer.Argument(..., help="A read-only SQL query, e.g. \"SELECT * FROM v_hits LIMIT 10\"."),
-    max_width: int = typer.Option(60, "--max-width", min=8, help="Truncate cells to this many characters."),
-    tsv: bool = typer.Option(False, "--tsv", help="Tab-separated output with a header line instead of a table."),
-) -> None:
-    """Run a read-only SQL query against the cache (views v_answers and v_hits; see README)."""
-    if _statements(query) != 1:
-        raise InputError("engines sql runs exactly one statement; pass a single SELECT (no `;`-separated list)")
-    db = get_db(ctx)
-    try:
-        if db.dialect == "sqlite":
-            cols, rows = _run_sqlite_read_only(db, query)
-        else:
-            cols, rows = _run_postgres_read_only(db, query)
-    except sa.exc.DBAPIError as exc:
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
-        raise UserError(f"SQL error: {reason} (engines sql runs read-only queries)") from None
-
-    def cell(v) -> str:  # noqa: ANN001
-        if v is None:
-            return ""
-        if isinstance(v, (bytes, memoryview)):
-            return f"<{len(bytes(v))} bytes>"
-        text = str(v).replace("\n", " ")
-        return text if len(text) <= max_width else text[: max_width - 1] + "…"
-
-    if tsv:
-        print("\t".join(cols))
-        for r in rows:
-            print("\t".join(cell(v).replace("\t", " ") for v in r))
-        return
-    table = Table(*cols)
-    for r in rows:
-        table.add_row(*(escape(cell(v)) for v in r))
-    out_console.print(table)
-    info(f"{len(rows)} row(s)")
-
-
 def register(app: typer.Typer) -> None:
     app.command("crawl")(crawl_cmd)
     app.command("status")(status_cmd)
-    app.command("sql")(sql_cmd)

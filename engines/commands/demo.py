@@ -24,7 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
-from click.core import ParameterSource
+try:  # typer >= 0.2x vendors click as typer._click: its contexts return its own enum
+    from typer._click.core import ParameterSource
+except ImportError:  # pragma: no cover
+    from click.core import ParameterSource
 
 from engines.base import Rate
 from engines.commands.common import info, progress_counter
@@ -156,6 +159,11 @@ def run_demo(
     result = DemoResult(out_dir=out_dir, db_url=redact_url(url))
     db = open_database(url)
     t_start = time.perf_counter()
+    # Every file of the demo under OUT, caches too (OUT/cache), unless ENGINES_CACHE_DIR
+    # names a cache explicitly (then the slice's vectors are shared with it).
+    own_cache = not os.environ.get("ENGINES_CACHE_DIR")
+    if own_cache:
+        os.environ["ENGINES_CACHE_DIR"] = str((out_dir / "cache").resolve())
     try:
         say(f"engines demo — {BANNER}")
         say(f"  database {result.db_url}")
@@ -232,6 +240,8 @@ def run_demo(
 
         _run_step(result, "score and write the report", score_and_report, say=say)
     finally:
+        if own_cache:
+            os.environ.pop("ENGINES_CACHE_DIR", None)
         db.dispose()
     say(f"  done in {time.perf_counter() - t_start:.1f}s")
     return result
@@ -335,17 +345,39 @@ def _slice_rows() -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
+def _make_standin(engine: str, rows: list[dict[str, Any]], port: int):
+    """A stand-in that ranks with its engine's own field weights (``ENGINE_WEIGHTS``), so the
+    three demo rows differ for a reason: each engine leans on other fields of the corpus."""
+    from engines.emulate import StandIn
+    from engines.emulate.apis import APIS
+    from engines.emulate.scorer import ENGINE_WEIGHTS, LexicalIndex
+
+    srv = StandIn(engine, corpus=rows, rate=STANDIN_RATE, seed=0, port=port)
+    srv.index = LexicalIndex(srv.rows, ENGINE_WEIGHTS[engine])
+    srv.api = APIS[engine](srv.index)
+    return srv
+
+
+def standin_identity(engine: str) -> dict[str, Any]:
+    """What makes a demo stand-in's answers what they are: the ranking and the corpus, not
+    the loopback port it happened to get (so a re-run on another port sends nothing)."""
+    from benchmarks import SLICE_CORPUS
+    from engines.emulate.scorer import ENGINE_WEIGHTS
+    from store.corpus import sha256_file
+
+    return {"kind": "engines demo", "weights": ENGINE_WEIGHTS[engine].tag(),
+            "corpus_sha256": sha256_file(SLICE_CORPUS), "seed": 0}
+
+
 @contextlib.contextmanager
 def _standin(engine: str, rows: list[dict[str, Any]]):
-    """A stand-in on its fixed demo port (so a re-run reuses the same configuration and the
-    crawler's fetch-once cache shows), or on any free port when that one is taken."""
-    from engines.emulate import StandIn
-
+    """A stand-in on its usual demo port, or on any free port when that one is taken (its
+    configuration is the same either way: ``standin_identity``)."""
     try:
-        cm = StandIn(engine, corpus=rows, rate=STANDIN_RATE, seed=0, port=DEMO_PORTS[engine]).in_thread()
+        cm = _make_standin(engine, rows, DEMO_PORTS[engine]).in_thread()
         srv = cm.__enter__()
     except OSError:
-        cm = StandIn(engine, corpus=rows, rate=STANDIN_RATE, seed=0, port=0).in_thread()
+        cm = _make_standin(engine, rows, 0).in_thread()
         srv = cm.__enter__()
     try:
         yield srv
@@ -369,7 +401,8 @@ def _crawl_standins(db: Any, bench: str, result: DemoResult, say: Callable[[str]
             say(f"  stand-in {engine} on {srv.url} (server limit {STANDIN_RATE}, crawler courtesy {CRAWL_RATE})")
         if not urls:
             raise _Skip("no stand-in could start")
-        opts = CrawlOptions(engines=list(urls), bench=bench, rates={"*": CRAWL_RATE}, urls=urls)
+        opts = CrawlOptions(engines=list(urls), bench=bench, rates={"*": CRAWL_RATE}, urls=urls,
+                            stand_ins={e: standin_identity(e) for e in urls})
         import sys
 
         from crawler.run import RichReporter
@@ -444,7 +477,8 @@ def _leaderboard_lines(js: dict[str, Any]) -> list[str]:
 
 def demo_command(
     ctx: typer.Context,
-    out: Path = typer.Option(Path("engines-demo"), "--out", "-o", help="Directory for the demo database and report."),
+    out: Path = typer.Option(
+        Path("engines-demo"), "--out", "-o", help="Directory for everything the demo writes: database, report, caches."),
     db: Optional[str] = typer.Option(
         None, "--db", help="Database URL for the demo (default: OUT/cache.db, kept apart from your cache.db)."
     ),
@@ -470,8 +504,8 @@ def demo_command(
         typer.echo(line)
     if len(result.crawled_engines) > 1:
         typer.echo(
-            "note: the stand-ins share one lexical ranker, so their rows differ only by what each API returns "
-            "(LeanSearch: at most 50); they show the machinery, not the engines."
+            "note: the stand-ins rank the slice lexically, each weighting other fields (LeanSearch docstrings, "
+            "LeanExplore names and modules, Lean Finder statements); they show the machinery, not the engines."
         )
     skipped = [s for s in result.steps if not s.ok]
     if skipped:

@@ -7,6 +7,11 @@ docstring). A query's score for a row counts each **distinct** query token once:
 2 if it is a name token of the row, else 1 if it is a text token, else 0. Rows with
 score 0 never appear; ties keep corpus row order. So a tiny corpus gives ranked lists
 that can be worked out by hand.
+
+That is the default :class:`Weights` (name 2, signature 1, docstring 1, module 0): in
+general a token adds the largest weight among the row's fields that contain it.
+``ENGINE_WEIGHTS`` gives each demo stand-in its own weights, so the three rank
+differently and the demo's leaderboard compares something (``engines demo``).
 """
 
 from __future__ import annotations
@@ -73,30 +78,64 @@ def load_rows(corpus: Iterable[dict[str, Any]] | str | Path) -> list[Row]:
     return rows
 
 
-class LexicalIndex:
-    """Inverted index over name tokens and text tokens; :meth:`search` is the ranking."""
+@dataclass(frozen=True)
+class Weights:
+    """Points a matching query token earns per field (the largest applies); 0 ignores the field."""
 
-    def __init__(self, rows: list[Row]) -> None:
+    name: int = 2
+    signature: int = 1
+    docstring: int = 1
+    module: int = 0
+
+    def fields(self) -> list[tuple[str, int]]:
+        pairs = [("name", self.name), ("signature", self.signature), ("docstring", self.docstring),
+                 ("module", self.module)]
+        return sorted([(f, w) for f, w in pairs if w > 0], key=lambda fw: -fw[1])
+
+    def tag(self) -> str:
+        return f"name{self.name}-sig{self.signature}-doc{self.docstring}-mod{self.module}"
+
+
+DEFAULT_WEIGHTS = Weights()
+# The demo's stand-ins, each leaning on other fields (the slice has no informal texts):
+# LeanSearch on docstrings (its index is built from informal descriptions), LeanExplore
+# on names and modules, Lean Finder on statements.
+ENGINE_WEIGHTS = {
+    "leansearch": Weights(name=1, signature=1, docstring=3, module=0),
+    "leanexplore": Weights(name=3, signature=1, docstring=0, module=2),
+    "leanfinder": Weights(name=1, signature=3, docstring=1, module=0),
+}
+
+
+class LexicalIndex:
+    """Inverted index per field; :meth:`search` is the ranking."""
+
+    def __init__(self, rows: list[Row], weights: Weights = DEFAULT_WEIGHTS) -> None:
         self.rows = rows
-        self._name: dict[str, list[int]] = defaultdict(list)
-        self._text: dict[str, list[int]] = defaultdict(list)
+        self.weights = weights
+        self._fields = weights.fields()
+        self._post: dict[str, dict[str, list[int]]] = {f: defaultdict(list) for f, _ in self._fields}
         for row in rows:
-            for tok in set(tokenize(row.name)):
-                self._name[tok].append(row.index)
-            text = " ".join(s for s in (row.get("signature"), row.get("docstring")) if isinstance(s, str))
-            for tok in set(tokenize(text)):
-                self._text[tok].append(row.index)
+            for f, _ in self._fields:
+                if f == "name":
+                    text = row.name
+                elif f == "module":
+                    text = row.module
+                else:
+                    value = row.get(f)
+                    text = value if isinstance(value, str) else None
+                for tok in set(tokenize(text)):
+                    self._post[f][tok].append(row.index)
 
     def scores(self, query: str) -> dict[int, int]:
         scores: dict[int, int] = defaultdict(int)
         for tok in set(tokenize(query)):
-            in_name = self._name.get(tok, [])
-            for r in in_name:
-                scores[r] += 2
-            named = set(in_name)
-            for r in self._text.get(tok, []):
-                if r not in named:
-                    scores[r] += 1
+            seen: set[int] = set()
+            for f, w in self._fields:  # heaviest field first: each row counts its best field once
+                for r in self._post[f].get(tok, ()):
+                    if r not in seen:
+                        seen.add(r)
+                        scores[r] += w
         return scores
 
     def search(self, query: str, k: int | None = None) -> list[tuple[Row, int]]:

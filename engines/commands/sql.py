@@ -1,0 +1,317 @@
+"""``engines sql``: one read-only query against the cache, safe to hand to colleagues.
+
+The protection is in the database, not in parsing the text (``store.reader``): on
+SQLite a ``mode=ro`` connection with an authorizer, on PostgreSQL a security-definer
+function owned by the ``engines_reader`` role inside a READ ONLY transaction. The
+checks here (one statement, a query keyword first) only give a clearer message.
+
+Exit codes: 0 rows printed; 2 refused (``engines sql: refused: ...``: not a single
+query, or it tried to change something, read files or switch roles), nothing changed;
+1 any other error (syntax, unknown table, ``--timeout``), one line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from engines.commands.common import info, out_console
+from store.errors import DatabaseError, UserError
+
+EXIT_REFUSED = 2
+SQLITE_KEYWORDS = ("select", "with", "values", "pragma", "explain")
+PG_KEYWORDS = ("select", "with", "values", "table")
+# SQLSTATEs that mean "not allowed" rather than "wrong": no privilege, read-only
+# transaction, not allowed here (data-modifying WITH in a subquery, SET ROLE in a
+# security-definer function), prohibited statement.
+_PG_REFUSED = {"42501", "25001", "25006", "0A000", "2F003", "38002", "38003", "38004", "28000"}
+_PG_TIMEOUT = "57014"
+
+
+class Refused(UserError):
+    exit_code = EXIT_REFUSED
+
+
+def _statements(sql: str) -> int:
+    """Number of statements (``;``-separated outside quotes and comments, empty ones ignored).
+
+    ``E'...'`` strings take backslash escapes (``E'\\''`` is one quote), so a ``;`` after
+    one is seen where PostgreSQL sees it.
+    """
+    n, i, cur, L = 0, 0, False, len(sql)
+    while i < L:
+        c = sql[i]
+        if c in "'\"":
+            escapes = c == "'" and i > 0 and sql[i - 1] in "eE" and (i < 2 or not (sql[i - 2].isalnum() or sql[i - 2] == "_"))
+            j = i + 1
+            while j < L:
+                if escapes and sql[j] == "\\":
+                    j += 2
+                    continue
+                if sql[j] == c:
+                    if j + 1 < L and sql[j + 1] == c:  # doubled quote inside
+                        j += 2
+                        continue
+                    break
+                j += 1
+            i = L if j >= L else j + 1
+            cur = True
+            continue
+        if sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = L if j == -1 else j + 1
+            continue
+        if sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            i = L if j == -1 else j + 2
+            continue
+        if c == "$":
+            m = re.match(r"\$[A-Za-z_]*\$", sql[i:])
+            if m:
+                j = sql.find(m.group(0), i + len(m.group(0)))
+                i = L if j == -1 else j + len(m.group(0))
+                cur = True
+                continue
+        if c == ";":
+            n += cur
+            cur = False
+        elif not c.isspace():
+            cur = True
+        i += 1
+    return n + cur
+
+
+def _first_keyword(sql: str) -> str:
+    s = sql
+    while True:
+        s = s.lstrip()
+        if s.startswith("--"):
+            s = s.partition("\n")[2]
+        elif s.startswith("/*"):
+            s = s.partition("*/")[2]
+        else:
+            break
+    if s.startswith("("):
+        return "("
+    m = re.match(r"[A-Za-z_]+", s)
+    return m.group(0).lower() if m else s[:10]
+
+
+def _strip_trailing_semicolons(sql: str) -> str:
+    s = sql.rstrip()
+    while s.endswith(";"):
+        s = s[:-1].rstrip()
+    return s
+
+
+# --------------------------------------------------------------------- SQLite
+
+
+def _sqlite_path(url: sa.URL) -> Path:
+    if not url.database or url.database == ":memory:":
+        raise DatabaseError("engines sql needs a database file, not an in-memory database; pass --db sqlite:///PATH")
+    path = Path(url.database).expanduser()
+    if not path.exists():
+        raise DatabaseError(f"no SQLite database at {path}; check --db / ENGINES_DATABASE_URL")
+    if not path.is_file():
+        raise DatabaseError(f"{path} is not a file; pass --db sqlite:///PATH/TO/cache.db")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+    except OSError as exc:
+        raise DatabaseError(f"cannot read {path}: {exc.strerror}; check its permissions") from None
+    if head and head != b"SQLite format 3\x00":
+        raise DatabaseError(f"{path} is not a SQLite database; check --db / ENGINES_DATABASE_URL")
+    return path
+
+
+def run_sqlite(path: Path, query: str, *, timeout: float, max_rows: int) -> tuple[list[str], list[tuple], bool]:
+    denied: list[str] = []
+    from store.reader import sqlite_connect_read_only
+
+    try:
+        conn = sqlite_connect_read_only(path, denied)
+    except sqlite3.Error as exc:
+        raise DatabaseError(f"cannot open {path} read-only: {exc}; check the file and its directory") from None
+    deadline = time.monotonic() + timeout
+    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 2000)
+    try:
+        cur = conn.execute(query)
+        rows = cur.fetchmany(max_rows + 1)
+        cols = [d[0] for d in cur.description] if cur.description else []
+    except sqlite3.Warning as exc:  # "You can only execute one statement at a time."
+        raise Refused(f"one statement only ({exc})") from None
+    except sqlite3.Error as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if denied or "not authorized" in msg:
+            raise Refused(f"{denied[0] if denied else msg} is not allowed: engines sql only reads") from None
+        if "interrupted" in msg:
+            raise UserError(f"the statement ran longer than --timeout {timeout:g} s and was stopped") from None
+        if "readonly" in msg or "read-only" in msg:
+            raise Refused(f"{msg}: engines sql only reads") from None
+        raise UserError(f"SQL error: {msg}") from None
+    finally:
+        conn.close()
+    return cols, rows[:max_rows], len(rows) > max_rows
+
+
+# ----------------------------------------------------------------- PostgreSQL
+
+
+def _pairs(text: str | None) -> list[tuple[str, Any]]:
+    return json.loads(text, object_pairs_hook=lambda pairs: pairs) if text else []
+
+
+def run_postgres(url: str, query: str, *, timeout: float, max_rows: int) -> tuple[list[str], list[tuple], bool]:
+    import psycopg
+
+    from store import db as dbmod
+    from store.reader import FIX_HINT, FUNCTION, READER_ROLE, reader_problem
+
+    engine = dbmod.create_db_engine(url)
+    try:
+        dbmod._check_reachable(engine)
+        with engine.connect() as conn:
+            try:
+                problem = reader_problem(conn)
+                conn.rollback()
+                if problem is not None:
+                    raise Refused(f"{problem}; it never runs with your own rights: {FIX_HINT}")
+                raw = conn.connection.driver_connection
+                try:
+                    with raw.cursor() as cur:
+                        # A READ ONLY transaction on top of the reader's rights (some
+                        # functions the reader may call still write, e.g. lo_create).
+                        cur.execute("SET TRANSACTION READ ONLY")
+                        cur.execute("SELECT set_config('statement_timeout', %s, true)", (f"{int(timeout * 1000)}ms",))
+                        q = _strip_trailing_semicolons(query)
+                        cur.execute(f"SELECT * FROM {FUNCTION}(%s, %s, false)", (q, max_rows), prepare=True)
+                        texts = [r[0] for r in cur.fetchall()]
+                        if texts:
+                            cols = [k for k, _ in _pairs(texts[0])]
+                        else:
+                            cur.execute(f"SELECT * FROM {FUNCTION}(%s, %s, true)", (q, 0), prepare=True)
+                            one = cur.fetchone()
+                            cols = [k for k, _ in _pairs(one[0] if one else None)]
+                except psycopg.Error as exc:
+                    msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                    state = getattr(exc, "sqlstate", None)
+                    if state in _PG_REFUSED:
+                        raise Refused(f"{msg} (engines sql runs with the rights of the read-only role {READER_ROLE})") from None
+                    if state == _PG_TIMEOUT:
+                        raise UserError(f"the statement ran longer than --timeout {timeout:g} s and was cancelled") from None
+                    raise UserError(f"SQL error: {msg}") from None
+                finally:
+                    raw.rollback()
+            finally:
+                # Settings the query may have changed for the session never reach the pool.
+                conn.invalidate()
+    except sa.exc.OperationalError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+        raise DatabaseError(f"cannot use database {dbmod.redact_url(url)}: {reason}") from None
+    finally:
+        engine.dispose()
+    rows = [tuple(v for _, v in _pairs(t)) for t in texts]
+    return cols, rows[:max_rows], len(rows) > max_rows
+
+
+# -------------------------------------------------------------------- command
+
+
+def _cell(v: Any, max_width: int) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, (bytes, memoryview)):
+        return f"<{len(bytes(v))} bytes>"
+    if isinstance(v, (list, dict)):
+        v = json.dumps(v, ensure_ascii=False)
+    text = str(v).replace("\n", " ")
+    return text if len(text) <= max_width else text[: max_width - 1] + "…"
+
+
+def _jsonable(v: Any) -> Any:
+    # Nested JSON objects come back as lists of pairs (duplicate keys kept); show them as objects.
+    if isinstance(v, list) and v and all(isinstance(p, tuple) and len(p) == 2 for p in v):
+        return {k: _jsonable(x) for k, x in v}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def sql_cmd(
+    ctx: typer.Context,
+    query: str = typer.Argument(..., help="One read-only SQL query, e.g. \"SELECT * FROM v_hits LIMIT 10\"."),
+    max_width: int = typer.Option(60, "--max-width", min=8, help="Truncate cells to this many characters."),
+    tsv: bool = typer.Option(False, "--tsv", help="Tab-separated output with a header line instead of a table."),
+    timeout: float = typer.Option(30.0, "--timeout", min=0.01, help="Stop the query after this many seconds."),
+    max_rows: int = typer.Option(10_000, "--max-rows", min=1, help="Print at most this many rows (a line says when cut)."),
+) -> None:
+    """Run one read-only SQL query against the cache (views v_answers and v_hits; see README).
+
+    It runs with read rights only (SQLite: a read-only connection; PostgreSQL: the
+    engines_reader role), so it cannot change, copy or export anything.
+    """
+    from store.db import database_url
+
+    try:
+        _run(ctx, query, max_width, tsv, timeout, max_rows, database_url)
+    except Refused as exc:
+        typer.echo(f"engines sql: refused: {exc.message}", err=True)
+        raise typer.Exit(EXIT_REFUSED) from None
+
+
+def _run(ctx, query, max_width, tsv, timeout, max_rows, database_url) -> None:  # noqa: ANN001
+    url = database_url(ctx.find_root().obj.get("db_url"))
+    try:
+        parsed = sa.make_url(url)
+    except sa.exc.ArgumentError:
+        from store.db import create_db_engine
+
+        create_db_engine(url)  # raises the one-line "cannot parse database URL" error
+        raise
+    backend = parsed.get_backend_name()
+    n = _statements(query)
+    if n == 0:
+        raise UserError("empty query; pass one SELECT, e.g. \"SELECT * FROM v_answers LIMIT 5\"")
+    if n != 1:
+        raise Refused("one statement only; pass a single SELECT (no `;`-separated list)")
+    allowed = SQLITE_KEYWORDS if backend == "sqlite" else PG_KEYWORDS
+    kw = _first_keyword(query)
+    if kw != "(" and kw not in allowed:
+        raise Refused(f"{kw.upper()!s} is not a query; engines sql runs one {', '.join(k.upper() for k in allowed)}")
+    if backend == "sqlite":
+        cols, rows, cut = run_sqlite(_sqlite_path(parsed), query, timeout=timeout, max_rows=max_rows)
+    elif backend == "postgresql":
+        cols, rows, cut = run_postgres(url, query, timeout=timeout, max_rows=max_rows)
+    else:
+        from store.db import create_db_engine
+
+        create_db_engine(url)  # the one-line "unsupported scheme" error
+        raise DatabaseError(f"unsupported database URL {url!r}")
+    rows = [tuple(_jsonable(v) for v in r) for r in rows]
+    if tsv:
+        print("\t".join(cols))
+        for r in rows:
+            print("\t".join(_cell(v, max_width).replace("\t", " ") for v in r))
+    else:
+        table = Table(*(escape(c) for c in cols))
+        for r in rows:
+            table.add_row(*(escape(_cell(v, max_width)) for v in r))
+        out_console.print(table)
+    if cut:
+        info(f"cut at {max_rows:,} rows: the result has more (--max-rows N to see more)")
+    elif not tsv:
+        info(f"{len(rows)} row(s)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sql")(sql_cmd)

@@ -1,0 +1,177 @@
+"""The read-only side of the cache: what ``engines sql`` may run, on both backends.
+
+PostgreSQL: a role ``engines_reader`` (NOLOGIN, no attributes, member of nothing) gets
+USAGE on the project's schema and SELECT on its tables and views, and owns one
+``SECURITY DEFINER`` function, ``engines_sql_select(query, max_rows, columns_only)``,
+that runs the user's query wrapped as a subquery. The statement therefore runs with
+the reader's rights alone, however privileged the connecting user is: inside a
+security-definer function PostgreSQL refuses ``SET ROLE`` / ``set_config('role' |
+'session_authorization', ...)``, so a query cannot switch back; ``COPY``, ``DO`` and
+data-modifying ``WITH`` are not valid inside a subquery; server-file and large-object
+functions need rights the reader does not have; and the caller wraps the call in a
+``READ ONLY`` transaction with a ``statement_timeout``. ``setup_reader()`` is
+idempotent (migration 0004 and ``engines db reader`` call it): the role is
+cluster-global and created only when missing, never dropped; grants are per schema.
+
+SQLite: :func:`sqlite_connect_read_only` opens the file with URI ``mode=ro`` and an
+authorizer that allows reading (SELECT, column reads, functions other than
+``load_extension``, read-only PRAGMAs) and denies everything else, including ATTACH
+(which ``VACUUM INTO`` needs) and PRAGMAs that set a value.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import sqlalchemy as sa
+
+READER_ROLE = "engines_reader"
+FUNCTION = "engines_sql_select"
+FUNCTION_SIG = f"{FUNCTION}(text, integer, boolean)"
+
+FIX_HINT = (
+    f"run `engines db reader` (or `engines db upgrade`) as a user that may create roles, "
+    f"or have an administrator run: CREATE ROLE {READER_ROLE} NOLOGIN; then `engines db reader`"
+)
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def setup_reader(conn: sa.Connection) -> str | None:
+    """Create (if missing) the reader role, grant it read access to the current schema and
+    (re)create the query function it owns. Returns None on success, else why it could not
+    (e.g. no right to create roles); the caller's transaction is left usable either way.
+    PostgreSQL only."""
+    if conn.dialect.name != "postgresql":
+        return None
+    schema = conn.exec_driver_sql("SELECT current_schema()").scalar()
+    if schema is None:
+        return "no current schema (search_path is empty)"
+    s = _ident(schema)
+    try:
+        with conn.begin_nested():
+            # Concurrent creators (several databases migrating at once) race on the
+            # cluster-global role: whoever loses sees it existing, which is fine.
+            conn.exec_driver_sql(f"""
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{READER_ROLE}') THEN
+    BEGIN
+      CREATE ROLE {READER_ROLE} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS;
+    EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+    END;
+  END IF;
+END $$""")
+            conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA {s} TO {READER_ROLE}")
+            conn.exec_driver_sql(f"GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {READER_ROLE}")
+            # Tables and views that later migrations create in this schema are readable too.
+            conn.exec_driver_sql(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {s} GRANT SELECT ON TABLES TO {READER_ROLE}")
+            # The query is spliced in as a subquery: only a query (SELECT, WITH, VALUES,
+            # TABLE) parses there. The newline before ")" ends a trailing "--" comment.
+            conn.exec_driver_sql(f"""
+CREATE OR REPLACE FUNCTION {s}.{FUNCTION}(q text, max_rows integer, columns_only boolean)
+RETURNS SETOF text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = {s}, pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF columns_only THEN
+    RETURN QUERY EXECUTE format(
+      'SELECT row_to_json(z)::text FROM (SELECT t.* FROM (SELECT 1) AS d '
+      'LEFT JOIN (SELECT * FROM (%s' || chr(10) || ') AS s LIMIT 0) AS t ON true) AS z', q);
+  ELSE
+    RETURN QUERY EXECUTE format('SELECT row_to_json(t)::text FROM (%s' || chr(10) || ') AS t LIMIT %s',
+                                q, max_rows + 1);
+  END IF;
+END
+$fn$""".replace("%", "%%"))  # the driver's paramstyle: %% is a literal %
+            conn.exec_driver_sql(f"ALTER FUNCTION {s}.{FUNCTION_SIG} OWNER TO {READER_ROLE}")
+            conn.exec_driver_sql(f"REVOKE ALL ON FUNCTION {s}.{FUNCTION_SIG} FROM PUBLIC")
+            conn.exec_driver_sql(f"GRANT EXECUTE ON FUNCTION {s}.{FUNCTION_SIG} TO CURRENT_USER")
+    except sa.exc.DBAPIError as exc:
+        return str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+    return None
+
+
+def reader_problem(conn: sa.Connection) -> str | None:
+    """Why the reader function cannot be trusted here (None: it can).
+
+    The function must exist in the search path, be SECURITY DEFINER and be owned by a
+    role that is not a superuser, cannot bypass row security and is a member of no
+    role (so no inherited rights such as pg_read_server_files).
+    """
+    row = conn.exec_driver_sql(
+        "SELECT p.prosecdef, r.rolname, r.rolsuper, r.rolbypassrls, "
+        "EXISTS (SELECT 1 FROM pg_auth_members m WHERE m.member = r.oid) "
+        "FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner "
+        f"WHERE p.oid = to_regprocedure('{FUNCTION_SIG}')"
+    ).first()
+    if row is None:
+        return f"this database has no read-only function for engines sql ({FUNCTION}, owned by {READER_ROLE})"
+    secdef, owner, superuser, bypass, member = row
+    if not secdef or owner != READER_ROLE or superuser or bypass or member:
+        return (f"the function {FUNCTION} is not a security-definer function of a plain {READER_ROLE} role "
+                f"(owner {owner}, superuser {superuser}, bypassrls {bypass}, member of a role {member})")
+    return None
+
+
+# ------------------------------------------------------------------------ SQLite
+
+# PRAGMAs that only read. Those taking a table / index name are safe with an argument;
+# the others only without one ("PRAGMA user_version = 5" sets it).
+_PRAGMA_NAME_ARG = {
+    "table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list",
+    "foreign_key_check", "table_list", "integrity_check", "quick_check",
+}
+_PRAGMA_NO_ARG = {
+    "user_version", "schema_version", "application_id", "journal_mode", "page_size", "page_count",
+    "freelist_count", "encoding", "compile_options", "database_list", "collation_list", "function_list",
+    "module_list", "pragma_list", "foreign_keys", "data_version", "auto_vacuum", "busy_timeout",
+    "cache_size", "query_only", "synchronous", "max_page_count",
+}
+_DENIED_FUNCTIONS = {"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"}
+
+
+class SqliteRefused(Exception):
+    """The authorizer denied something; ``reason`` names it."""
+
+
+def _authorizer(denied: list[str]):
+    def check(action: int, arg1, arg2, _db, _source) -> int:  # noqa: ANN001
+        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE):
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_FUNCTION:
+            if (arg2 or "").lower() in _DENIED_FUNCTIONS:
+                denied.append(f"function {arg2}()")
+                return sqlite3.SQLITE_DENY
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_PRAGMA:
+            name = (arg1 or "").lower()
+            if name in _PRAGMA_NAME_ARG or (name in _PRAGMA_NO_ARG and arg2 is None):
+                return sqlite3.SQLITE_OK
+            denied.append(f"PRAGMA {arg1}" + (f" = {arg2}" if arg2 is not None else ""))
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master" and _db == "main":
+            # SQLite's own bookkeeping when a table-valued PRAGMA is first used; the file
+            # is opened mode=ro, so no write can reach it anyway.
+            return sqlite3.SQLITE_OK
+        names = {sqlite3.SQLITE_ATTACH: "ATTACH (also used by VACUUM INTO)", sqlite3.SQLITE_DETACH: "DETACH",
+                 sqlite3.SQLITE_INSERT: "INSERT", sqlite3.SQLITE_UPDATE: "UPDATE", sqlite3.SQLITE_DELETE: "DELETE",
+                 sqlite3.SQLITE_TRANSACTION: "transaction control", sqlite3.SQLITE_ANALYZE: "ANALYZE",
+                 sqlite3.SQLITE_REINDEX: "REINDEX", sqlite3.SQLITE_SAVEPOINT: "SAVEPOINT"}
+        denied.append(names.get(action, f"a statement that changes the database (action {action})"))
+        return sqlite3.SQLITE_DENY
+
+    return check
+
+
+def sqlite_connect_read_only(path: str | Path, denied: list[str]) -> sqlite3.Connection:
+    """A read-only connection to an existing SQLite file; ``denied`` collects refusals."""
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30)
+    conn.set_authorizer(_authorizer(denied))
+    return conn
