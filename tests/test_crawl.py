@@ -457,8 +457,10 @@ async def test_lease_renewed_after_pacer_wait_and_answered_text_not_resent(pg_ur
                 out = await _fetcher(db_a, a, client, pacer, before_send=keep_then_b_claims).fetch(items)
                 assert time.time() - t0 >= ttl  # the wait really outlived the lease
                 assert out.answered == [sha] and out.skipped == []
-                assert len(seen_by_b) == 1 and seen_by_b[0]
-                assert sha not in [s for s, _ in seen_by_b[0]]  # renewed: B got other texts
+                # Checked before the slot and again after the long wait (the wait outlived the
+                # lease): B claims right after each check and never gets A's text.
+                assert len(seen_by_b) == 2 and all(seen_by_b)
+                assert all(sha not in [s for s, _ in claimed] for claimed in seen_by_b)  # renewed
 
                 # 2. A claims a text, its lease lapses, B claims and answers it; A's fetch sends nothing.
                 b.queue.release()
