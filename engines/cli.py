@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "engines.commands.demo",
     "engines.commands.run",
     "engines.commands.crawl",
+    "engines.commands.drift",
+    "engines.commands.bundle",
 )
 
 
