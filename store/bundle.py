@@ -203,7 +203,7 @@ def export_bundle(
     try:
         with open(tmp, "wb") as fh:
             writer = WARCWriter(fh, gzip=path.name.endswith(".gz"), warc_version="WARC/1.1")
-            rec = writer.create_warc_record(path.name, "warcinfo", payload=io.BytesIO(info),
+            rec = writer.create_warc_record(path.name, "warcinfo", payload=io.BytesIO(info), length=len(info),
                                             warc_content_type="application/warc-fields",
                                             warc_headers_dict={"WARC-Filename": path.name})
             writer.write_record(rec)
@@ -301,7 +301,7 @@ class _Rec:
     uri: str
     date: str
     headers: dict[str, str]  # WARC headers
-    http_line: str
+    http_line: str  # requests: "METHOD"; responses: "STATUS REASON"
     http_headers: list[tuple[str, str]]
     body: bytes
 
@@ -348,7 +348,7 @@ def _records(fh, label: str) -> Iterator[_Rec]:
             raise BadBundle(f"{label}: {here} carries no digest; nothing was imported")
         hh = record.http_headers
         yield _Rec(index, rid, rtype, uri, h.get_header("WARC-Date") or "", dict(h.headers),
-                   hh.statusline if hh is not None else "", list(hh.headers) if hh is not None else [], body)
+                   (hh.protocol if rtype == "request" else hh.statusline) if hh is not None else "", list(hh.headers) if hh is not None else [], body)
         last = here
 
 
@@ -480,7 +480,7 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
 
         def exchange(req: _Rec, second: _Rec) -> None:
             h = req.headers.get(H_CONFIG)
-            method, _, _ = req.http_line.partition(" ")
+            method = req.http_line.strip().upper()
             body = req.body or None
             if h:
                 cid = config_id_for(h, req)
@@ -518,7 +518,8 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
             row: dict[str, Any] = {
                 "crawl_id": crawl_id, "config_id": cid, "attempt": attempt, "epoch": epoch, "query_texts": texts,
                 "request_fingerprint": fingerprint(method, req.uri, body), "method": method, "url": req.uri,
-                "request_headers": _restore_headers(req.http_headers, True),
+                "request_headers": ({k: v for k, v in req.http_headers} if ours
+                                    else {k.lower(): v for k, v in req.http_headers}),
                 "request_body": body, "sent_at": _parse_date(req.date), "finished_at": finished,
                 "elapsed_ms": elapsed, "status_code": None, "response_headers": None, "response_body": None,
                 "transport_error": None,
@@ -531,8 +532,7 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
                                     "nothing was imported") from None
             else:
                 try:
-                    row["status_code"] = int(second.http_line.split()[1] if second.http_line.startswith("HTTP")
-                                             else second.http_line.split()[0])
+                    row["status_code"] = int(second.http_line.split()[0])
                 except (IndexError, ValueError):
                     raise BadBundle(f"{label}: {second.name()} has no HTTP status line; nothing was imported") from None
                 row["response_headers"] = _restore_headers(second.http_headers, ours)
