@@ -126,3 +126,31 @@ def test_refresh_if_older_opens_an_epoch_only_when_due(src, two_epochs) -> None:
         s.get(Epoch, (1, 1)).started_at = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=31)
     assert _resolve_engines(src, opts, "w")[0].epoch == 2  # older than 30 days: epoch 2 opens
     assert _resolve_engines(src, opts, "w")[0].epoch == 2  # and stays current (it has no sends yet)
+
+
+def test_report_has_a_drift_section_linked_to_the_explorer(src, tmp_path: Path) -> None:
+    from engines.commands.report import build_score_json
+    from scoring.report_html import render_html
+
+    doc = build_score_json(src, "mathlibmpr")
+    assert len(doc["drift"]) == 1 and doc["drift"][0]["to"]["label"] == "2026-12"
+    html = render_html(doc)
+    assert '<section id="drift"><h2>Drift</h2>' in html and '<a href="#drift">Drift</a>' in html
+    scored = [q["qid"] for q in doc["queries"]]
+    for qid in scored:  # every scored query links to its explorer row, which exists
+        assert f'<a href="#q-{qid}">{qid}</a>' in html and f'id="q-{qid}"' in html
+    import re
+
+    table = html[html.index('class="queries sortable drift"'):]
+    table = table[:table.index("</table>")]
+    order = re.findall(r"<tr><td>(?:<a href=\"#q-[^\"]+\">)?(mathlibmpr_[^<]+)<", table)
+    rows = doc["drift"][0]["per_query"]
+    assert order == [r["qid"] for r in sorted(rows, key=lambda r: (r["rbo"], r["qid"]))]  # most changed first
+    assert order[0] == doc["drift"][0]["most_changed"][0]
+    no_drift = dict(doc)
+    no_drift.pop("drift")
+    assert 'id="drift"' not in render_html(no_drift)
+    res = CliRunner().invoke(app, ["--db", str(src.engine.url), "report", "--bench", "mathlibmpr",
+                                   "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert '<section id="drift">' in (tmp_path / "r" / "index.html").read_text()

@@ -32,7 +32,13 @@ def build_score_json(
 
     result = score(db, bench, corpus=corpus, subset=subset, systems=systems or None, compare=compare,
                    profile=profile)
-    return result.to_json()
+    doc = result.to_json()
+    from scoring.report_drift import drift_docs
+
+    drift = drift_docs(db, bench, doc, corpus=corpus)
+    if drift:
+        doc["drift"] = drift
+    return doc
 
 
 def read_score_json(path: Path) -> dict[str, Any]:
