@@ -43,6 +43,7 @@ import io
 import json
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -287,6 +288,8 @@ class ImportSummary:
     unpaired: int = 0
     foreign: int = 0
     configs: set[int] = field(default_factory=set)
+    seconds_archive: float = 0.0  # reading, verifying and inserting the exchanges (one transaction)
+    seconds_parse: float = 0.0  # parsing them into answers afterwards
 
 
 class BadBundle(UserError):
@@ -418,6 +421,7 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
         raise InputError(f"bundle {path} does not exist; give the path of a .warc.gz file")
     label = str(path)
     summary = ImportSummary()
+    t0 = time.perf_counter()
     hosts = _known_hosts()
     configs_by_hash: dict[str, int] = {}
     info_configs: dict[str, dict[str, Any]] = {}
@@ -592,7 +596,9 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
                         started_at=_parse_date(e["started_at"]) if e.get("started_at") else None))
         crawl.finished_at = utcnow()
         crawl.summary = {"added": summary.added, "duplicates": summary.duplicates, "records": summary.records}
+    summary.seconds_archive = time.perf_counter() - t0
     parse_imported(db, summary)
+    summary.seconds_parse = time.perf_counter() - t0 - summary.seconds_archive
     return summary
 
 
