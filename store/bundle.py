@@ -35,7 +35,6 @@ default one with the request's ``num_results``, the epoch the configuration's cu
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import hashlib
 import http
