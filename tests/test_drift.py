@@ -154,3 +154,9 @@ def test_report_has_a_drift_section_linked_to_the_explorer(src, tmp_path: Path) 
                                    "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     assert '<section id="drift">' in (tmp_path / "r" / "index.html").read_text()
+
+
+def test_crawl_epoch_options_are_checked(src) -> None:
+    res = CliRunner().invoke(app, ["--db", str(src.engine.url), "crawl", "leansearch", "--bench", "mathlibmpr",
+                                   "--refresh-if-older", "soon"])
+    assert res.exit_code == 1 and "error: cannot parse duration 'soon'" in res.output
