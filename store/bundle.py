@@ -580,6 +580,8 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
                 raise BadBundle(f"{label}: {rec.name()} is linked to {partner.name()}, not a request/response pair; "
                                 "nothing was imported")
             exchange(req, second)
+        if summary.records == 0:
+            raise BadBundle(f"{label}: no WARC records in the file (empty, or not a WARC); nothing was imported")
         for rec in pending.values():
             if rec.headers.get(H_CONFIG) or rec.type == "response" and rec.headers.get("WARC-Concurrent-To"):
                 raise BadBundle(f"{label}: {rec.name()} has no partner record (request without response, or the "

@@ -141,6 +141,12 @@ def test_damaged_bundles_are_refused_whole(bundle: Path, tmp_path: Path, any_db_
     assert _counts(any_db_url) == (0, 0, 0)
     res = runner.invoke(app, ["--db", any_db_url, "import", str(tmp_path / "missing.warc.gz")])
     assert res.exit_code == 1 and "does not exist" in res.output
+    for name, content in (("empty.warc.gz", b""), ("notes.warc", b"just some text\n")):
+        (tmp_path / name).write_bytes(content)
+        res = runner.invoke(app, ["--db", any_db_url, "import", str(tmp_path / name)])
+        assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1, res.output
+        assert res.output.startswith(f"error: {tmp_path / name}: ") and "nothing was imported" in res.output
+    assert _counts(any_db_url) == (0, 0, 0)
 
 
 def test_export_selection_and_cli(two_epochs, tmp_path: Path) -> None:  # noqa: F811
