@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from store.models import Answer, Exchange, Query, WorkLease
+from store.models import Answer, Epoch, Exchange, Query, WorkLease
 
 
 def _insert(dialect: str):
@@ -49,6 +49,8 @@ def current_epoch(db, config_id: int) -> int:
             s.scalar(sa.select(sa.func.max(Answer.epoch)).where(Answer.config_id == config_id)),
             s.scalar(sa.select(sa.func.max(Exchange.epoch)).where(Exchange.config_id == config_id)),
             s.scalar(sa.select(sa.func.max(WorkLease.epoch)).where(WorkLease.config_id == config_id)),
+            # An epoch opened (--refresh) by a run that stopped before its first lease.
+            s.scalar(sa.select(sa.func.max(Epoch.epoch)).where(Epoch.config_id == config_id)),
         ]
     return max((v for v in values if v is not None), default=0)
 

@@ -40,6 +40,7 @@ from crawler.fetch import EngineBroken, Fetcher, RetryPolicy, write_answers
 from crawler.pacing import DbLedger, DeadlineReached, Pacer, SystemClock
 from crawler.plan import Counts, WorkQueue, benchmark_texts, current_epoch
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, Rate, config_hash
+from store.epochs import is_older_than, open_epoch, settle_epoch
 from store.errors import UserError
 from store.models import Crawl, Exchange, ParseOutcome
 from store.types import utcnow
@@ -75,6 +76,8 @@ class CrawlOptions:
     # engine → identity that replaces the base URL in the configuration (``engines demo``'s
     # stand-ins: the same configuration whatever port they get, labelled "ENGINE (stand-in)")
     stand_ins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    epoch_label: str | None = None  # label of the epoch this run crawls (default: date of its first send)
+    refresh_if_older: float | None = None  # seconds: open a new epoch only when the newest began earlier
 
 
 @dataclass
@@ -296,7 +299,14 @@ def _resolve_engines(db, opts: CrawlOptions, worker: str) -> list[_Engine]:
                 config_hash=config_hash(ident), label=label[:200], result_cap=adapter.defaults.result_cap,
             )
             config_id = cfg.id
-        epoch = current_epoch(db, config_id) + (1 if opts.refresh else 0)
+        epoch = current_epoch(db, config_id)
+        if opts.refresh or (opts.refresh_if_older is not None
+                            and is_older_than(db, config_id, epoch, opts.refresh_if_older)):
+            epoch += 1
+        kept = open_epoch(db, config_id, epoch, opts.epoch_label)
+        if kept is not None and opts.refresh_if_older is None:  # a cron run keeps resuming its epoch
+            raise UserError(f"{name}: epoch {epoch} is already labelled {kept!r}; drop --epoch-label, "
+                            "or pass --refresh to open a new epoch with the new label")
         rate = opts.rates.get(name) or opts.rates.get("*") or adapter.defaults.rate
         if opts.sample is not None:
             from crawler.plan import SampleQueue, sampled_texts, store_sample
@@ -514,6 +524,7 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
                           code_version=_code_version(),
                           args={"engines": opts.engines, "bench": opts.bench, "limit": opts.limit,
                                 "deadline": opts.deadline, "refresh": opts.refresh,
+                                "epoch_label": opts.epoch_label, "refresh_if_older": opts.refresh_if_older,
                                 "rates": {k: str(v) for k, v in opts.rates.items()},
                                 "all_styles": opts.all_styles})
             s.add(crawl)
@@ -551,6 +562,8 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
             finally:
                 reporter.close()
         summary = CrawlSummary([eng.result for eng in engines], time.time() - t_start, crawl_id)
+        for eng in engines:
+            settle_epoch(db, eng.config_id, eng.epoch)
         with db.session() as s, s.begin():
             row = s.get(Crawl, crawl_id)
             row.finished_at = utcnow()

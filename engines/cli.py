@@ -34,6 +34,8 @@ COMMAND_MODULES = (
     "engines.commands.crawl",
     "engines.commands.reparse",
     "engines.commands.sql",
+    "engines.commands.drift",
+    "engines.commands.bundle",
 )
 
 

@@ -759,6 +759,10 @@ def render_html(score: dict[str, Any], *, json_sha256: str = "") -> str:
     nav = ['<a href="#leaderboard">Leaderboard</a>', '<a href="#curves">Curves</a>', '<a href="#breakdowns">Breakdowns</a>']
     if comparisons:
         nav.append('<a href="#comparisons">Comparisons</a>')
+    from scoring.report_drift import render_drift  # the Drift section (two epochs of a system)
+
+    drift = render_drift(score)
+    nav += ['<a href="#drift">Drift</a>'] if drift else []
     nav += ['<a href="#queries">Queries</a>', '<a href="#methodology">Methodology</a>', '<a href="report.json">report.json</a>']
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -778,7 +782,7 @@ def render_html(score: dict[str, Any], *, json_sha256: str = "") -> str:
         "A line that stops early belongs to a service that returns fewer than k_max results.</p>"
         f"{_curves(systems, colours, kmax, score.get('published'))}</section>"
         f'<section id="breakdowns"><h2>Breakdowns</h2>{_breakdowns(systems, queries)}</section>'
-        f"{comparisons}"
+        f"{comparisons}{drift}"
         f'<section id="queries"><h2>Per-query explorer</h2>{_explorer(systems, queries)}</section>'
         f'<section id="methodology"><h2>Methodology</h2>{_methodology(score, systems, json_sha256)}</section>'
         f"<footer>{banner_html and e(banner) + ' · '}Rendered by engines from report.json beside this page; "

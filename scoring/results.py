@@ -61,6 +61,8 @@ class SystemRef:
     local: bool
     licence: str | None
     result_cap: int | None
+    epoch_label: str | None = None  # store.epochs: --epoch-label, else the date of the first send
+    epoch_started: str | None = None
 
 
 @dataclass
@@ -92,6 +94,8 @@ class SystemScore:
             "config_hash": r.config_hash,
             "params": r.params,
             "epoch": r.epoch,
+            "epoch_label": r.epoch_label,
+            "epoch_started": r.epoch_started,
             "local": r.local,
             "licence": r.licence,
             "result_cap": r.result_cap,
@@ -256,6 +260,35 @@ def _find_systems(session: sa.orm.Session, shas: Sequence[str]) -> list[SystemRe
     return out
 
 
+def _pick_epochs(session: sa.orm.Session, refs: list[SystemRef], spec: str | None, named: set[str]) -> list[SystemRef]:
+    """Which epoch of each configuration to score, each named by its label and start."""
+    from dataclasses import replace
+
+    from store.epochs import epochs_of
+
+    infos = {cid: {e.epoch: e for e in epochs_of(session, cid)} for cid in {r.config_id for r in refs}}
+    text = None if spec is None else str(spec).strip()
+    if text in (None, "", "newest"):
+        newest: dict[int, int] = {}
+        for r in refs:
+            newest[r.config_id] = max(newest.get(r.config_id, r.epoch), r.epoch)
+        keep = [r for r in refs if r.epoch == newest[r.config_id] or r.id in named]
+    elif text == "all":
+        keep = list(refs)
+    else:
+        keep = [r for r in refs if text == str(r.epoch) or (r.epoch in infos[r.config_id] and infos[r.config_id][r.epoch].label == text)]
+        if refs and not keep:
+            known = sorted({f"{e.epoch} ({e.label})" for i in infos.values() for e in i.values()})
+            raise InputError(f"--epoch {text!r}: no system has that epoch (epochs: {', '.join(known)}); "
+                             "give an epoch number, a label, 'newest' or 'all'")
+    out = []
+    for r in keep:
+        e = infos[r.config_id].get(r.epoch)
+        out.append(replace(r, epoch_label=e.label if e else None,
+                           epoch_started=e.started_at.isoformat(timespec="seconds") if e and e.started_at else None))
+    return out
+
+
 def _select_systems(found: list[SystemRef], wanted: Sequence[str] | None) -> list[SystemRef]:
     if not wanted:
         return found
@@ -288,6 +321,7 @@ def score(
     resamples: int = RESAMPLES,
     seed: int = SEED,
     slice: str | None = None,
+    epochs: str | None = None,
 ) -> ScoreResult:
     """Score every system (or the named ones) on a benchmark against one corpus.
 
@@ -302,6 +336,8 @@ def score(
     largest ``sample:E:*`` subset). A row crawled on a sample only is scored on its own
     sample (its own n and intervals, badge ``n=N sampled``); paired comparisons use the
     queries both rows are scored on and report that n.
+    ``epochs``: None = each configuration's newest epoch (plus systems named with an
+    ``@e<N>`` id in ``systems`` or ``compare``), ``"all"``, or an epoch number or label.
     """
     if profile not in PROFILES:
         raise InputError(f"unknown scoring profile {profile!r}; choose one of {', '.join(PROFILES)}")
@@ -407,6 +443,7 @@ def score(
 
         scope_shas = sorted({q.sha for q, _ in in_scope})
         refs = _select_systems(_find_systems(s, scope_shas), systems)
+        refs = _pick_epochs(s, refs, epochs, named=set(systems or ()) | {w for pair in pairs for w in pair})
         snap_names = _snapshot_names(s, snapshots or {}, refs, gold)
         sample_of = {ref.id: _sample_of(s, ref, samples, scope_shas) for ref in refs}
         ids = {r.id for r in refs}

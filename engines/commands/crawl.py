@@ -59,6 +59,10 @@ def crawl_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Send at most N query texts per engine in this run."),
     deadline: Optional[str] = typer.Option(None, "--deadline", help="Stop starting requests after this long (2h, 90m, 45s)."),
     refresh: bool = typer.Option(False, "--refresh", help="Open a new epoch and re-crawl everything (old answers stay)."),
+    refresh_if_older: Optional[str] = typer.Option(
+        None, "--refresh-if-older", help="Open a new epoch only when the newest began longer ago than this (30d; for cron)."),
+    epoch_label: Optional[str] = typer.Option(
+        None, "--epoch-label", help="Label of the epoch this run crawls, e.g. 2026-12 (default: the date of its first send)."),
     url: list[str] = typer.Option(None, "--url", help="Base URL override ENGINE=URL (e.g. a stand-in); repeatable."),
     num_results: Optional[int] = typer.Option(None, "--num-results", min=1, help="Results requested per query (a new configuration)."),
     all_styles: bool = typer.Option(False, "--all-styles", help="Also send non-primary styles (MathlibMPR formal statements)."),
@@ -110,6 +114,7 @@ def crawl_cmd(
         engines=names, bench=bench, rates=rates, urls=urls, num_results=num_results, limit=limit,
         deadline=parse_duration(deadline) if deadline else None, refresh=refresh, all_styles=all_styles,
         retry_failed=retry_failed, lease_ttl=lease_ttl, timeout=timeout, margin=margin, sample=sample, seed=seed,
+        epoch_label=epoch_label, refresh_if_older=parse_duration(refresh_if_older) if refresh_if_older else None,
         policy=RetryPolicy(max_attempts=max_attempts, backoff_initial=backoff, breaker_threshold=breaker,
                            retry_after_cap=parse_duration(max_pause)),
     )

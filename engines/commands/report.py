@@ -36,6 +36,11 @@ def build_score_json(
                    profile=profile)
     doc = attach(result.to_json())
     doc["slices"] = engine_slices(db, bench, corpus=corpus, subset=subset, systems=systems, profile=profile)
+    from scoring.report_drift import drift_docs
+
+    drift = drift_docs(db, bench, doc, corpus=corpus)
+    if drift:
+        doc["drift"] = drift
     return doc
 
 

@@ -42,6 +42,7 @@ def _main_table(doc: dict) -> Table:
     show_cov = bool(doc.get("scope", {}).get("shared_with")) or any("different corpus" in s["badges"] for s in doc["systems"])
     if show_cov:
         cols.insert(3, "coverage")
+    cols.insert(1, "epoch")
     for c in cols:
         table.add_column(c, justify="left" if c in ("system", "badges") else "right", no_wrap=c != "badges")
     systems = sorted(
@@ -57,12 +58,17 @@ def _main_table(doc: dict) -> Table:
             badges.append(s["licence"])
         cov = [_fmt(s.get("coverage"))] if show_cov else []
         table.add_row(
-            escape(s["id"]), str(s["n"]), str(s["dropped"]), *cov,
+            escape(s["id"]), escape(_epoch_cell(s)), str(s["n"]), str(s["dropped"]), *cov,
             *[_fmt((s["metrics"].get(m) or {}).get("value")) for m in metric_cols],
             _ci(s["metrics"].get(ci_metric)), ", ".join(badges),
             "—" if lat is None else f"{lat:,.0f} ms",
         )
     return table
+
+
+def _epoch_cell(s: dict) -> str:
+    label = s.get("epoch_label")
+    return str(s.get("epoch")) + (f" ({label})" if label else "")
 
 
 def _breakdown_table(doc: dict, dim: str) -> Table | None:
@@ -136,6 +142,8 @@ def register(app: typer.Typer) -> None:
         published: bool = typer.Option(
             False, "--published", help="Also print the published reference rows that apply (BENCHMARKS.md §9), never ranked."
         ),
+        epoch: Optional[str] = typer.Option(
+            None, "--epoch", help="Epoch to score per configuration: newest (default), all, or an epoch number or label."),
     ) -> None:
         """Score every system on a benchmark: leaderboard table, CIs, optional JSON / TREC export."""
         from scoring.results import score, write_json
@@ -153,7 +161,7 @@ def register(app: typer.Typer) -> None:
         result = score(
             db, bench, corpus=corpus, subset=subset, systems=system or None, by=by or None,
             compare=tuple(compare) if compare and compare[0] else None, profile=profile,
-            shared_with=shared_with or None, snapshots=snapshots or None, styles=style or None, slice=slice_,
+            shared_with=shared_with or None, snapshots=snapshots or None, styles=style or None, slice=slice_, epochs=epoch,
         )
         doc = result.to_json()
         if published:

@@ -1,0 +1,50 @@
+"""``engines export`` and ``engines import``: the exchange archive as a WARC/1.1 bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import typer
+
+from engines.commands.common import get_db, info, progress_counter
+from store.errors import InputError
+
+
+def export_cmd(
+    ctx: typer.Context,
+    out: Path = typer.Option(..., "--out", "-o", help="The bundle to write, e.g. archive.warc.gz."),
+    engine: List[str] = typer.Option([], "--engine", "-e", help="Only this engine (name, label or config-hash prefix); repeatable."),
+    epoch: List[str] = typer.Option([], "--epoch", help="Only this epoch (number or label); repeatable."),
+) -> None:
+    """Write the archived exchanges as WARC/1.1 (request/response records, digests; secrets were never stored)."""
+    from store.bundle import export_bundle
+
+    if not (out.name.endswith(".warc.gz") or out.name.endswith(".warc")):
+        raise InputError(f"--out {out}: name the bundle *.warc.gz (or *.warc for an uncompressed one)")
+    db = get_db(ctx)
+    with progress_counter("exported exchanges") as update:
+        summary = export_bundle(db, out, engines=engine or None, epochs=epoch or None, progress=update)
+    info(f"wrote {summary.path}: {summary.exchanges:,} exchanges of {summary.configs} configuration(s), "
+         f"{summary.records:,} records ({summary.transport_errors:,} transport errors), {summary.bytes:,} bytes")
+
+
+def import_cmd(
+    ctx: typer.Context,
+    bundle: Path = typer.Argument(..., help="A WARC bundle (.warc.gz or .warc) written by `engines export` or another WARC tool."),
+) -> None:
+    """Import a WARC bundle: every digest verified, all or nothing; hits parsed with the current parsers."""
+    from store.bundle import import_bundle
+
+    db = get_db(ctx)
+    with progress_counter("imported exchanges") as update:
+        s = import_bundle(db, bundle, progress=update)
+    info(f"imported {bundle}: {s.added:,} new exchanges ({s.duplicates:,} already present), "
+         f"{s.answers:,} answers parsed, {s.parse_failures:,} parse failures"
+         + (f", {s.foreign:,} exchanges from another tool" if s.foreign else "")
+         + (f", {s.unpaired:,} records ignored (not an engine exchange)" if s.unpaired else ""))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export_cmd)
+    app.command("import")(import_cmd)

@@ -1,0 +1,213 @@
+"""WARC bundles: engines export / engines import on a real two-epoch crawl (with transport
+errors and 5xx), standard tools reading our bundle, secrets kept out, refusal of damaged
+bundles, idempotent import, and a WARC written by another tool."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from engines.cli import app
+from scoring.drift import drift
+from scoring.results import score
+from store.bundle import export_bundle, import_bundle
+from store.db import open_database
+from store.models import Answer, Crawl, EngineConfig, Epoch, Exchange
+from tests.epoch_support import SECRET_FORMS, load_mpr_and_slice, two_epochs  # noqa: F401 (fixture)
+
+
+@pytest.fixture(scope="module")
+def bundle(two_epochs, tmp_path_factory) -> Path:  # noqa: F811
+    d = tmp_path_factory.mktemp("bundle")
+    db = open_database(two_epochs.copy(d / "src.db"))
+    try:
+        out = d / "archive.warc.gz"
+        s = export_bundle(db, out)
+        with db.session() as sess:
+            assert s.exchanges == sess.scalar(sa.select(sa.func.count()).select_from(Exchange))
+            assert s.transport_errors == sess.scalar(
+                sa.select(sa.func.count()).select_from(Exchange).where(Exchange.transport_error.is_not(None))) > 0
+    finally:
+        db.dispose()
+    return out
+
+
+def _exchanges(db) -> list[tuple]:
+    with db.session() as s:
+        rows = s.execute(sa.select(
+            EngineConfig.config_hash, Exchange.epoch, Exchange.attempt, Exchange.sent_at, Exchange.finished_at,
+            Exchange.elapsed_ms, Exchange.method, Exchange.url, Exchange.request_headers, Exchange.request_body,
+            Exchange.status_code, Exchange.response_headers, Exchange.response_body, Exchange.transport_error,
+            Exchange.query_texts, Exchange.request_fingerprint,
+        ).join(EngineConfig, EngineConfig.id == Exchange.config_id).order_by(Exchange.sent_at)).all()
+    return [tuple(json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v for v in r) for r in rows]
+
+
+def _strip(doc: dict) -> tuple[dict, list]:
+    """The score document without its timestamp, and the p95 latencies apart: the crawler
+    stores an answer's latency unrounded but the exchange's elapsed time to 0.001 ms, and an
+    import knows only the exchange."""
+    doc = json.loads(json.dumps(doc))
+    doc.pop("generated_at")
+    lat = [s.pop("latency_p95_ms") for s in doc["systems"]]
+    return doc, lat
+
+
+def test_standard_tools_read_the_bundle_and_no_secret_is_in_it(bundle: Path) -> None:
+    check = subprocess.run([sys.executable, "-m", "warcio.cli", "check", "-v", str(bundle)],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "digest pass" in check.stdout and "fail" not in check.stdout
+    index = subprocess.run([sys.executable, "-m", "warcio.cli", "index", str(bundle)],
+                           capture_output=True, text=True, check=True)
+    types = [json.loads(line)["warc-type"] for line in index.stdout.splitlines()]
+    assert types[0] == "warcinfo"
+    assert types.count("request") == types.count("response") + types.count("metadata") > 100
+    raw = gzip.decompress(bundle.read_bytes())
+    for secret in SECRET_FORMS:
+        assert secret not in raw
+    assert b"authorization: [redacted]" in raw
+    assert b"WARC/1.1\r\n" in raw[:10] and b"WARC-Engines-Config: " in raw
+    assert b'epoch: {"config_hash"' in raw and b'"label": "2026-12"' in raw
+
+
+def test_import_round_trip_scores_and_drift_equal(bundle: Path, two_epochs, tmp_path: Path, any_db_url: str) -> None:  # noqa: F811
+    src = open_database(two_epochs.copy(tmp_path / "src.db"))
+    load_mpr_and_slice(any_db_url)
+    dst = open_database(any_db_url)
+    try:
+        s1 = import_bundle(dst, bundle)
+        assert s1.added == len(_exchanges(src)) and s1.duplicates == 0
+        assert _exchanges(dst) == _exchanges(src)  # every field, original send times and epochs
+        with dst.session() as s:
+            assert {(e.epoch, e.label) for e in s.execute(sa.select(Epoch)).scalars()} == {(0, "2026-11"), (1, "2026-12")}
+            n_answers = s.scalar(sa.select(sa.func.count()).select_from(Answer))
+        with src.session() as s:
+            assert n_answers == s.scalar(sa.select(sa.func.count()).select_from(Answer))
+        a = score(src, "mathlibmpr", epochs="all").to_json()
+        b = score(dst, "mathlibmpr", epochs="all").to_json()
+        (a, lat_a), (b, lat_b) = _strip(a), _strip(b)
+        assert a == b and len(a["systems"]) == 2
+        assert lat_b == pytest.approx(lat_a, abs=1e-3)
+        assert drift(src, "leansearch", "mathlibmpr") == drift(dst, "leansearch", "mathlibmpr")
+        # Twice: nothing added.
+        s2 = import_bundle(dst, bundle)
+        assert s2.added == 0 and s2.duplicates == s1.added and s2.answers == 0
+        assert len(_exchanges(dst)) == s1.added
+    finally:
+        src.dispose()
+        dst.dispose()
+
+
+def _counts(url: str) -> tuple[int, int, int]:
+    db = open_database(url)
+    try:
+        with db.session() as s:
+            return tuple(s.scalar(sa.select(sa.func.count()).select_from(m)) for m in (Exchange, Answer, Crawl))
+    finally:
+        db.dispose()
+
+
+def test_damaged_bundles_are_refused_whole(bundle: Path, tmp_path: Path, any_db_url: str) -> None:
+    runner = CliRunner()
+    raw = gzip.decompress(bundle.read_bytes())
+    # Tampered: one name in a response body changed, same length, digests left as they were.
+    i = raw.index(b'"name": ["', raw.index(b"WARC-Type: response"))
+    tampered = raw[: i + 10] + (b"X" if raw[i + 10:i + 11] != b"X" else b"Y") + raw[i + 11:]
+    bad = tmp_path / "tampered.warc"
+    bad.write_bytes(tampered)
+    res = runner.invoke(app, ["--db", any_db_url, "import", str(bad)])
+    assert res.exit_code == 1
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith(f"error: {bad}: record ") and "response <urn:uuid:" in line
+    assert "failed its digest check" in line and "nothing was imported" in line
+    assert _counts(any_db_url) == (0, 0, 0)
+    # Truncated: the last 40 % of the file cut off.
+    data = bundle.read_bytes()
+    cut = tmp_path / "cut.warc.gz"
+    cut.write_bytes(data[: int(len(data) * 0.6)])
+    res = runner.invoke(app, ["--db", any_db_url, "import", str(cut)])
+    assert res.exit_code == 1
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith(f"error: {cut}: record ") and "truncated" in line and "nothing was imported" in line
+    assert _counts(any_db_url) == (0, 0, 0)
+    res = runner.invoke(app, ["--db", any_db_url, "import", str(tmp_path / "missing.warc.gz")])
+    assert res.exit_code == 1 and "does not exist" in res.output
+    for name, content in (("empty.warc.gz", b""), ("notes.warc", b"just some text\n")):
+        (tmp_path / name).write_bytes(content)
+        res = runner.invoke(app, ["--db", any_db_url, "import", str(tmp_path / name)])
+        assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1, res.output
+        assert res.output.startswith(f"error: {tmp_path / name}: ") and "nothing was imported" in res.output
+    assert _counts(any_db_url) == (0, 0, 0)
+
+
+def test_export_selection_and_cli(two_epochs, tmp_path: Path) -> None:  # noqa: F811
+    url = two_epochs.copy(tmp_path / "src.db")
+    runner = CliRunner()
+    out = tmp_path / "e1.warc.gz"
+    res = runner.invoke(app, ["--db", url, "export", "--out", str(out), "--engine", "leansearch", "--epoch", "2026-12"])
+    assert res.exit_code == 0, res.output
+    db = open_database(url)
+    try:
+        with db.session() as s:
+            n1 = s.scalar(sa.select(sa.func.count()).select_from(Exchange).where(Exchange.epoch == 1))
+    finally:
+        db.dispose()
+    assert f"wrote {out}: {n1} exchanges" in res.output
+    res = runner.invoke(app, ["--db", url, "export", "--out", str(tmp_path / "x.zip")])
+    assert res.exit_code == 1 and "error: --out" in res.output
+    res = runner.invoke(app, ["--db", url, "export", "--out", str(out), "--engine", "loogle"])
+    assert res.exit_code == 1 and "error: --engine 'loogle'" in res.output
+
+
+def test_a_warc_from_another_tool_imports(two_epochs, tmp_path: Path, any_db_url: str) -> None:  # noqa: F811
+    """Written directly with warcio, as a capture proxy would: response first, then its request."""
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    src = open_database(two_epochs.copy(tmp_path / "src.db"))
+    try:
+        with src.session() as s:
+            ex = s.execute(sa.select(Exchange).where(Exchange.status_code == 200).order_by(Exchange.id).limit(1)).scalar_one()
+            text = ex.query_texts[0]
+    finally:
+        src.dispose()
+    body = json.dumps({"query": [text], "num_results": 50}).encode()
+    path = tmp_path / "other.warc.gz"
+    with open(path, "wb") as fh:
+        w = WARCWriter(fh, gzip=True)
+        url = "https://leansearch.net/search"
+        resp = w.create_warc_record(url, "response", payload=io.BytesIO(ex.response_body), length=len(ex.response_body),
+                                    http_headers=StatusAndHeaders("200 OK", [("Content-Type", "application/json")],
+                                                                  protocol="HTTP/1.1"))
+        req = w.create_warc_record(url, "request", payload=io.BytesIO(body), length=len(body),
+                                   http_headers=StatusAndHeaders("POST /search HTTP/1.1",
+                                                                 [("Content-Type", "application/json")],
+                                                                 is_http_request=True),
+                                   warc_headers_dict={"WARC-Concurrent-To": resp.rec_headers.get_header("WARC-Record-ID")})
+        w.write_record(resp)
+        w.write_record(req)
+        other = w.create_warc_record("https://example.org/", "resource", payload=io.BytesIO(b"hello"), length=5)
+        w.write_record(other)
+    load_mpr_and_slice(any_db_url)
+    dst = open_database(any_db_url)
+    try:
+        summary = import_bundle(dst, path)
+        assert summary.added == 1 and summary.foreign == 1 and summary.answers == 1
+        with dst.session() as s:
+            cfg = s.execute(sa.select(EngineConfig)).scalar_one()
+            assert cfg.engine == "leansearch" and "base_url" not in cfg.params  # the public service
+            got = s.execute(sa.select(Exchange)).scalar_one()
+            assert got.query_texts == [text] and got.epoch == 0 and got.status_code == 200
+            answer = s.execute(sa.select(Answer)).scalar_one()
+            assert answer.n_returned == len(json.loads(ex.response_body)[0])
+    finally:
+        dst.dispose()
