@@ -25,7 +25,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "perf"))
 
 from _scratch import DEFAULT_PG, scratch_url  # noqa: E402
 from store.corpus import load_corpus  # noqa: E402
@@ -67,31 +66,31 @@ def build_input(full: Path, rows: int, out: Path) -> int:
     return n
 
 
-def parse_only(path: Path) -> tuple[int, float]:
-    t0 = time.perf_counter()
+def parse_only(path: Path) -> tuple[int, float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
     n = 0
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         for line in fh:
             if line.strip():
                 json.loads(line)
                 n += 1
-    return n, time.perf_counter() - t0
+    return n, time.perf_counter() - t0, time.process_time() - c0
 
 
 def measure(data: Path, backend: str, pg: str, repeat: int) -> dict[str, float]:
     """Best-of-``repeat`` parse and load times into fresh databases of ``backend``."""
-    t_parse = t_load = float("inf")
+    t_parse = t_load = c_parse = c_load = float("inf")
     rss_growth = 0.0
     rows = 0
     for _ in range(repeat):
-        n_parse, t = parse_only(data)
-        t_parse = min(t_parse, t)
+        n_parse, t, c = parse_only(data)
+        t_parse, c_parse = min(t_parse, t), min(c_parse, c)
         with scratch_url(backend, pg) as url:
             db = open_database(url)
             rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = load_corpus(db, str(data), name="perf", revision="perf")
-            t_load = min(t_load, time.perf_counter() - t0)
+            t_load, c_load = min(t_load, time.perf_counter() - t0), min(c_load, time.process_time() - c0)
             rss_growth = max(rss_growth, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024)
             db.dispose()
         assert res.rows == n_parse, (res.rows, n_parse)
@@ -102,8 +101,10 @@ def measure(data: Path, backend: str, pg: str, repeat: int) -> dict[str, float]:
     print(f"  parse only:        {t_parse:6.2f} s  ({rows / t_parse:,.0f} rows/s)")
     print(f"  load (one txn):    {t_load:6.2f} s  ({rows / t_load:,.0f} rows/s)")
     print(f"  load / parse time: {ratio:.2f}x")
+    print(f"  load / parse CPU:  {c_load / c_parse:.2f}x  (this process's CPU seconds {c_load:.2f} / {c_parse:.2f}"
+          f"{'; the server works in its own process' if backend == 'postgresql' else ''})")
     print(f"  peak RSS growth during a load: {rss_growth:.0f} MiB")
-    return {"parse": t_parse, "load": t_load, "ratio": ratio, "rows": rows, "rss_growth_mib": rss_growth}
+    return {"parse": t_parse, "load": t_load, "ratio": ratio, "cpu_ratio": c_load / c_parse, "rows": rows, "rss_growth_mib": rss_growth}
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
