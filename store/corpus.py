@@ -11,9 +11,7 @@ import gzip
 import hashlib
 import io
 import json
-import queue
 import re
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,58 +264,6 @@ def _iter_values(path: Path, display: str, corpus_id: int) -> Iterator[tuple[tup
         raise InputError(f"{display}: cannot read corpus file ({exc})") from None
 
 
-_END = object()
-
-
-def _batches_in_background(rows: Iterator[Any], size: int, depth: int = 2) -> Iterator[list[Any]]:
-    """Lists of ``size`` items of ``rows``, produced by a reader thread ``depth`` batches
-    ahead: reading and parsing overlap the database's own work (SQLite and psycopg release
-    the GIL while they insert), and memory stays at ``depth + 2`` batches.
-
-    An exception in the reader is raised here; leaving early stops the reader.
-    """
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def reader() -> None:
-        try:
-            batch = []
-            for item in rows:
-                batch.append(item)
-                if len(batch) >= size:
-                    if not put(batch):
-                        return
-                    batch = []
-            if batch and not put(batch):
-                return
-            put(_END)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
-            put(exc)
-
-    thread = threading.Thread(target=reader, name="corpus-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = q.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join()
-
-
 def _insert_sql(conn: sa.Connection) -> str:
     quote = conn.dialect.identifier_preparer.quote
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
@@ -391,14 +337,22 @@ def load_corpus(
                 "loaded_at": utcnow(),
             },
         ).scalar_one()
+        batch: list[tuple] = []
         # Tuple positions in _DECL_COLUMNS: 2 full_name, 5 kind.
-        for batch in _batches_in_background(_iter_values(source.path, source.display, corpus_id), BATCH_ROWS):
-            for values, unknown in batch:
-                kinds[values[5] or ""] += 1
-                names[values[2]] += 1
-                if unknown:
-                    extra_keys.update(unknown)
-            insert_rows([values for values, _ in batch])
+        for values, unknown in _iter_values(source.path, source.display, corpus_id):
+            kinds[values[5] or ""] += 1
+            names[values[2]] += 1
+            if unknown:
+                extra_keys.update(unknown)
+            batch.append(values)
+            if len(batch) >= BATCH_ROWS:
+                insert_rows(batch)
+                n += len(batch)
+                batch = []
+                if progress:
+                    progress(n)
+        if batch:
+            insert_rows(batch)
             n += len(batch)
             if progress:
                 progress(n)
