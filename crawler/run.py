@@ -118,12 +118,18 @@ class EtaEstimator:
     def __init__(self, *, min_window: float = 30.0, clock=time.monotonic) -> None:
         self.min_window = min_window
         self.clock = clock
+        self._base: int | None = None  # texts completed when the run started
         self._samples: deque[tuple[float, int]] = deque()  # (time, texts completed)
 
     def observe(self, completed: int, now: float | None = None) -> None:
         now = self.clock() if now is None else now
-        if self._samples and self._samples[-1][1] == completed:
+        if self._base is None:
+            self._base = completed
+            return
+        if completed == (self._samples[-1][1] if self._samples else self._base):
             return  # no progress: keep the older sample, so the window spans the stall
+        # The pace is timed from the first completion on: the run's start-up (seeding,
+        # connecting, the first request's handshake) says nothing about the steady pace.
         self._samples.append((now, completed))
 
     def observed_rate(self, interval: float, now: float | None = None) -> float | None:
