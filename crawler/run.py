@@ -29,6 +29,7 @@ import socket
 import sys
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,35 +120,120 @@ class CrawlSummary:
 # ------------------------------------------------------------------ reporting
 
 
+class EtaEstimator:
+    """Seconds left for one engine: the pacing bound or the observed pace, whichever is slower.
+
+    The pacing bound (:func:`eta`) is right when the courtesy limit binds and far too
+    short when the crawler's or the server's speed does (it said 0–3 s with 16–106 s
+    left, issue 13). The observed pace is the completion rate over a sliding window of
+    ``max(min_window, 30 × interval)`` seconds: 30 pacing intervals average out the
+    bursts a sliding-window limit allows (n sends, then a wait of a period), so a
+    courtesy-bound crawl's observed pace matches its pacing bound within a few percent,
+    and the larger of the two is the honest one either way.
+    """
+
+    def __init__(self, *, min_window: float = 30.0, clock=time.monotonic) -> None:
+        self.min_window = min_window
+        self.clock = clock
+        self._base: int | None = None  # texts completed when the run started
+        self._samples: deque[tuple[float, int]] = deque()  # (time, texts completed)
+
+    def observe(self, completed: int, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        if self._base is None:
+            self._base = completed
+            return
+        if completed == (self._samples[-1][1] if self._samples else self._base):
+            return  # no progress: keep the older sample, so the window spans the stall
+        # The pace is timed from the first completion on: the run's start-up (seeding,
+        # connecting, the first request's handshake) says nothing about the steady pace.
+        self._samples.append((now, completed))
+
+    def observed_rate(self, interval: float, now: float | None = None) -> float | None:
+        """Texts completed per second over the window (None before anything completed)."""
+        now = self.clock() if now is None else now
+        window = max(self.min_window, 30.0 * interval)
+        samples = self._samples
+        # Keep one sample at or before the window's start, so the window is always full.
+        while len(samples) > 2 and samples[1][0] <= now - window:
+            samples.popleft()
+        if len(samples) < 2:
+            return None
+        t0, c0 = samples[0]
+        done = samples[-1][1] - c0
+        span = now - t0
+        if done <= 0 or span <= 0:
+            return None
+        return done / span
+
+    def seconds(self, todo: int, interval: float, batch: int, now: float | None = None) -> float:
+        bound = eta(todo, interval, batch)
+        if todo <= 0:
+            return 0.0
+        rate = self.observed_rate(interval, now)
+        return bound if rate is None else max(bound, todo / rate)
+
+
+def fmt_clock(unix_seconds: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(unix_seconds))
+
+
 class Reporter:
-    """Plain log lines on stderr (not a TTY): one per event and a progress line now and then."""
+    """Plain log lines on stderr (not a TTY): one per event and a progress line now and then.
+
+    The ETA is :class:`EtaEstimator`'s (pacing bound or observed pace, whichever is
+    slower); while the engine's host is paused (429 / outage) the line says
+    "paused until HH:MM:SS" instead, and a new pause is logged when it starts.
+    ``todo`` is what this run will still send (``--limit`` caps it); by default the
+    due count.
+    """
 
     def __init__(self, stream=None, every: float = 30.0) -> None:
         self.stream = stream or sys.stderr
         self.every = every
         self._last: dict[str, float] = {}
+        self._estimators: dict[str, EtaEstimator] = {}
+        self._paused: dict[str, float | None] = {}
+        self.last_eta: dict[str, float] = {}  # engine → the last ETA shown, in seconds
 
     def log(self, message: str) -> None:
         print(message, file=self.stream, flush=True)
 
-    def start(self, engine: str, counts: Counts, interval: float, batch: int) -> None:
+    def eta_text(self, engine: str, counts: Counts, interval: float, batch: int, *,
+                 todo: int | None = None, paused_until: float | None = None) -> str:
+        """"ETA 3m05s" or "paused until 14:02:31"; observes the progress in ``counts``."""
+        est = self._estimators.setdefault(engine, EtaEstimator())
+        est.observe(counts.answered + counts.failed)
+        seconds = est.seconds(counts.pending if todo is None else todo, interval, batch)
+        self.last_eta[engine] = seconds
+        if paused_until is not None and paused_until > time.time():
+            return f"paused until {fmt_clock(paused_until)}"
+        return f"ETA {fmt_duration(seconds)}"
+
+    def start(self, engine: str, counts: Counts, interval: float, batch: int, *,
+              todo: int | None = None, paused_until: float | None = None) -> None:
+        text = self.eta_text(engine, counts, interval, batch, todo=todo, paused_until=paused_until)
         self.log(f"{engine}: {counts.answered}/{counts.total} answered, {counts.pending} due, "
-                 f"{counts.failed} failed; ETA {fmt_duration(eta(counts.pending, interval, batch))}")
+                 f"{counts.failed} failed; {text}")
         self._last[engine] = time.monotonic()
 
-    def update(self, engine: str, counts: Counts, interval: float, batch: int) -> None:
+    def update(self, engine: str, counts: Counts, interval: float, batch: int, *,
+               todo: int | None = None, paused_until: float | None = None) -> None:
         now = time.monotonic()
-        if now - self._last.get(engine, 0.0) >= self.every or counts.pending == 0:
+        text = self.eta_text(engine, counts, interval, batch, todo=todo, paused_until=paused_until)
+        paused = paused_until if paused_until is not None and paused_until > time.time() else None
+        new_pause = paused is not None and paused != self._paused.get(engine)
+        self._paused[engine] = paused
+        if now - self._last.get(engine, 0.0) >= self.every or counts.pending == 0 or new_pause:
             self._last[engine] = now
-            self.log(f"{engine}: {counts.answered}/{counts.total} answered, {counts.pending} due; "
-                     f"ETA {fmt_duration(eta(counts.pending, interval, batch))}")
+            self.log(f"{engine}: {counts.answered}/{counts.total} answered, {counts.pending} due; {text}")
 
     def close(self) -> None:
         pass
 
 
 class RichReporter(Reporter):
-    """One rich progress bar per engine, with the ETA computed from the pacing."""
+    """One rich progress bar per engine, with the ETA of :class:`EtaEstimator`."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -157,7 +243,7 @@ class RichReporter(Reporter):
         self.console = Console(stderr=True, highlight=False)
         self.progress = Progress(
             TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("ETA {task.fields[eta]}"), TimeElapsedColumn(), console=self.console,
+            TextColumn("{task.fields[eta]}"), TimeElapsedColumn(), console=self.console,
         )
         self.tasks: dict[str, Any] = {}
         self.progress.start()
@@ -165,22 +251,26 @@ class RichReporter(Reporter):
     def log(self, message: str) -> None:
         self.console.print(message, markup=False, highlight=False, soft_wrap=True)
 
-    def start(self, engine: str, counts: Counts, interval: float, batch: int) -> None:
+    def start(self, engine: str, counts: Counts, interval: float, batch: int, *,
+              todo: int | None = None, paused_until: float | None = None) -> None:
         self.tasks[engine] = self.progress.add_task(
             engine, total=counts.total, completed=counts.answered + counts.failed,
-            eta=fmt_duration(eta(counts.pending, interval, batch)),
+            eta=self.eta_text(engine, counts, interval, batch, todo=todo, paused_until=paused_until),
         )
 
-    def update(self, engine: str, counts: Counts, interval: float, batch: int) -> None:
+    def update(self, engine: str, counts: Counts, interval: float, batch: int, *,
+               todo: int | None = None, paused_until: float | None = None) -> None:
         self.progress.update(self.tasks[engine], completed=counts.answered + counts.failed,
-                             eta=fmt_duration(eta(counts.pending, interval, batch)))
+                             eta=self.eta_text(engine, counts, interval, batch, todo=todo,
+                                               paused_until=paused_until))
 
     def close(self) -> None:
         self.progress.stop()
 
 
 def eta(pending: int, interval: float, batch: int) -> float:
-    """Seconds to send ``pending`` texts at the pacing interval (requests of ``batch`` texts)."""
+    """Seconds to send ``pending`` texts at the pacing interval (requests of ``batch`` texts):
+    the pacing bound, a lower bound on the time left."""
     return -(-pending // max(1, batch)) * interval
 
 
@@ -254,6 +344,7 @@ class _Engine:
     rate: Rate
     queue: WorkQueue
     result: EngineResult
+    finished: bool = False
 
 
 def _code_version() -> str:
@@ -407,8 +498,34 @@ def recover_unparsed(db, eng: _Engine, *, min_age: float) -> int:
     return recovered
 
 
+def _todo(eng: _Engine, opts: CrawlOptions) -> int:
+    """Texts this run will still send: the due ones, capped by what ``--limit`` leaves."""
+    pending = eng.result.counts.pending
+    return pending if opts.limit is None else max(0, min(pending, opts.limit - eng.result.sent_texts))
+
+
+async def _watch_pauses(engines: list[tuple[_Engine, Fetcher]], opts: CrawlOptions, reporter: Reporter,
+                        pauses: dict[str, float | None], every: float = 0.5) -> None:
+    """Read each host's pause from the pacer's ledger now and then, and refresh the
+    progress lines meanwhile: a paused engine completes nothing, so without this its
+    line would neither say "paused until" nor let its ETA grow."""
+    while True:
+        hosts = {eng.adapter.host: f.pacer for eng, f in engines}
+        for host, pacer in hosts.items():
+            try:
+                pauses[host] = await asyncio.to_thread(pacer.ledger.paused_until, host)
+            except Exception:  # noqa: BLE001 - a progress line must never stop a crawl
+                pauses[host] = None
+        for eng, f in engines:
+            if eng.result.stopped is None and eng.result.counts.pending > 0 and not eng.finished:
+                reporter.update(eng.name, eng.result.counts, f.pacer.interval, eng.adapter.batch_size,
+                                todo=_todo(eng, opts), paused_until=pauses.get(eng.adapter.host))
+        await asyncio.sleep(every)
+
+
 async def _crawl_engine(
-    db, eng: _Engine, fetcher: Fetcher, opts: CrawlOptions, reporter: Reporter, stop_at: float | None
+    db, eng: _Engine, fetcher: Fetcher, opts: CrawlOptions, reporter: Reporter, stop_at: float | None,
+    pauses: dict[str, float | None] | None = None,
 ) -> None:
     res = eng.result
     batch = eng.adapter.batch_size
@@ -459,7 +576,8 @@ async def _crawl_engine(
                 c = res.counts
                 n_failed = len(sent) if outcome.failed else 0
                 res.counts = Counts(c.total, c.answered + len(outcome.answered), c.failed + n_failed)
-            reporter.update(eng.name, res.counts, interval, batch)
+            reporter.update(eng.name, res.counts, interval, batch, todo=_todo(eng, opts),
+                            paused_until=(pauses or {}).get(eng.adapter.host))
     except EngineBroken as exc:
         res.stopped = f"broken: {exc}"
         reporter.log(f"error: {exc}; other engines continue")
@@ -470,6 +588,7 @@ async def _crawl_engine(
             res.stopped, res.stop_line = line  # printed once, in the summary
             reporter.log(f"{eng.name}: stopped for this run ({res.stopped}); other engines continue")
     finally:
+        eng.finished = True
         res.attempts = fetcher.attempts
         res.exchanges = fetcher.exchanges
         res.outages = fetcher.outages
@@ -553,13 +672,22 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
             for eng, fetcher in fetchers:
                 fetcher.pacer = pacers[eng.adapter.host]
                 eng.result.counts = eng.queue.counts()
-                reporter.start(eng.name, eng.result.counts, fetcher.pacer.interval, eng.adapter.batch_size)
+                reporter.start(eng.name, eng.result.counts, fetcher.pacer.interval, eng.adapter.batch_size,
+                               todo=_todo(eng, opts))
                 if eng.result.recovered:
                     reporter.log(f"{eng.name}: recovered {eng.result.recovered} answer(s) from archived "
                                  "responses of an interrupted run")
+            pauses: dict[str, float | None] = {}
+            watcher = asyncio.create_task(_watch_pauses(fetchers, opts, reporter, pauses))
             try:
-                await asyncio.gather(*(_crawl_engine(db, eng, f, opts, reporter, stop_at) for eng, f in fetchers))
+                await asyncio.gather(*(_crawl_engine(db, eng, f, opts, reporter, stop_at, pauses)
+                                       for eng, f in fetchers))
             finally:
+                watcher.cancel()
+                try:
+                    await watcher
+                except asyncio.CancelledError:
+                    pass
                 reporter.close()
         summary = CrawlSummary([eng.result for eng in engines], time.time() - t_start, crawl_id)
         for eng in engines:

@@ -199,32 +199,97 @@ _DECL_COLUMNS = (
     "informal_name", "informal_description", "docstring", "extra",
 )
 _JSON_COLUMNS = frozenset({"name", "extra"})
+_TEXT_KEYS = ("kind", "type", "signature", "value", "informal_name", "informal_description", "docstring")
+_KNOWN = frozenset(KNOWN_KEYS)
+# One encoder for every row: json.dumps with a keyword argument builds a new encoder per call,
+# which was a fifth of a 250k-row load.
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
 
 
-def _bulk_inserter(conn: sa.Connection) -> Callable[[list[dict[str, Any]]], None]:
-    """executemany straight to the driver: the ORM/Core per-row parameter processing
-    cost three times the SQLite insert itself on a 310k-row load (perf/corpus_load.py)."""
+def _decl_values(obj: Any, corpus_id: int, row: int, display: str, lineno: int) -> tuple[tuple, Any]:
+    """One JSON object → the ``_DECL_COLUMNS`` tuple (JSON columns already encoded) and
+    the row's unknown keys (None when there are none).
+
+    The same row as :func:`parse_row` (which this falls back to for anything unusual,
+    and for its error messages) without the intermediate dict.
+    """
+    name = obj.get("name") if type(obj) is dict else None
+    module = obj.get("module_name") if name is not None else None
+    full_name = None
+    if type(name) is list and name and "" not in name:
+        try:
+            full_name = ".".join(name)  # TypeError unless every component is a string
+        except TypeError:
+            pass
+    if full_name is None or (module is not None and type(module) is not list and type(module) is not str):
+        rec = parse_row(obj, f"{display}:{lineno}", row)
+        rec["corpus_id"] = corpus_id
+        return tuple(
+            (_ENCODE(rec[c]) if rec[c] is not None else None) if c in _JSON_COLUMNS else rec[c] for c in _DECL_COLUMNS
+        ), (rec["extra"].keys() if rec["extra"] else None)
+    if type(module) is list:
+        module = ".".join(module) if all(type(p) is str for p in module) else ".".join(str(p) for p in module)
+    get = obj.get
+    texts = [get(k) for k in _TEXT_KEYS]
+    for i, v in enumerate(texts):
+        if v is not None and type(v) is not str:
+            texts[i] = _ENCODE(v)
+    extra = None
+    unknown = obj.keys() - _KNOWN
+    if unknown:
+        extra = _ENCODE({k: obj[k] for k in obj if k in unknown})
+    # A name without quotes, backslashes or control characters encodes as its parts in
+    # quotes (exactly json.dumps' output); the rest goes through the encoder.
+    name_json = _ENCODE(name) if _NEEDS_ESCAPE.search(full_name) else '["' + '", "'.join(name) + '"]'
+    return (corpus_id, row, full_name, name_json, module or None, *texts, extra), unknown or None
+
+
+def _iter_values(path: Path, display: str, corpus_id: int) -> Iterator[tuple[tuple, Any]]:
+    """:func:`iter_rows` as ``_DECL_COLUMNS`` tuples; the same errors."""
+    row = 0
+    loads = json.loads
+    try:
+        with _open_text(path) as fh:
+            for lineno, line in enumerate(fh, start=1):
+                try:
+                    obj = loads(line)
+                except json.JSONDecodeError as exc:
+                    if not line.strip():
+                        continue
+                    raise InputError(f"{display}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+                yield _decl_values(obj, corpus_id, row, display, lineno)
+                row += 1
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise InputError(f"{display}: cannot read corpus file ({exc})") from None
+
+
+def _insert_sql(conn: sa.Connection) -> str:
     quote = conn.dialect.identifier_preparer.quote
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    sql = (
+    return (
         f"INSERT INTO declarations ({', '.join(quote(c) for c in _DECL_COLUMNS)}) "
         f"VALUES ({', '.join([mark] * len(_DECL_COLUMNS))})"
     )
-    dumps = json.dumps
 
-    def insert(batch: list[dict[str, Any]]) -> None:
-        conn.exec_driver_sql(
-            sql,
-            [
-                tuple(
-                    (dumps(r[c], ensure_ascii=False) if r[c] is not None else None) if c in _JSON_COLUMNS else r[c]
-                    for c in _DECL_COLUMNS
-                )
-                for r in batch
-            ],
-        )
 
-    return insert
+def _bulk_inserter(conn: sa.Connection) -> Callable[[list[tuple]], None]:
+    """Batches of value tuples into ``declarations``: COPY on PostgreSQL, executemany
+    straight to the driver on SQLite (the ORM/Core per-row parameter processing cost
+    three times the SQLite insert itself on a 310k-row load, perf/corpus_load.py)."""
+    if conn.dialect.name == "postgresql":
+        cursor = conn.connection.driver_connection.cursor()
+        quote = conn.dialect.identifier_preparer.quote
+        copy_sql = f"COPY declarations ({', '.join(quote(c) for c in _DECL_COLUMNS)}) FROM STDIN"
+
+        def copy(batch: list[tuple]) -> None:
+            with cursor.copy(copy_sql) as cp:
+                for values in batch:
+                    cp.write_row(values)
+
+        return copy
+    sql = _insert_sql(conn)
+    return lambda batch: conn.exec_driver_sql(sql, batch)
 
 
 def load_corpus(
@@ -272,14 +337,14 @@ def load_corpus(
                 "loaded_at": utcnow(),
             },
         ).scalar_one()
-        batch: list[dict[str, Any]] = []
-        for rec in iter_rows(source.path, source.display):
-            rec["corpus_id"] = corpus_id
-            kinds[rec["kind"] or ""] += 1
-            names[rec["full_name"]] += 1
-            if rec["extra"]:
-                extra_keys.update(rec["extra"].keys())
-            batch.append(rec)
+        batch: list[tuple] = []
+        # Tuple positions in _DECL_COLUMNS: 2 full_name, 5 kind.
+        for values, unknown in _iter_values(source.path, source.display, corpus_id):
+            kinds[values[5] or ""] += 1
+            names[values[2]] += 1
+            if unknown:
+                extra_keys.update(unknown)
+            batch.append(values)
             if len(batch) >= BATCH_ROWS:
                 insert_rows(batch)
                 n += len(batch)

@@ -50,6 +50,10 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA busy_timeout=30000")
     cur.execute("PRAGMA synchronous=NORMAL")
+    # 64 MiB of page cache instead of 2 MiB: writing and resolving millions of hits touches
+    # index pages all over the file, and the default cache made that superlinear
+    # (perf/score_scale.py, perf/write_hits.py). A cap, not an allocation.
+    cur.execute("PRAGMA cache_size=-65536")
     cur.close()
 
 

@@ -178,3 +178,34 @@ def test_find_corpus_by_name_and_revision(db, write_jsonl) -> None:
     assert find_corpus(db, "c@r2").row_count == 2
     with pytest.raises(InputError, match=r"no corpus 'c@r3' in the database \(loaded: c@r1, c@r2\)"):
         find_corpus(db, "c@r3")
+
+
+def test_fast_load_path_stores_exactly_what_parse_row_reads(any_db, write_jsonl) -> None:
+    """The loader builds rows without parse_row (and COPYs them on PostgreSQL); every
+    column must still be what parse_row makes of each shape of input."""
+    import json as _json
+
+    from store.corpus import parse_row
+    from store.models import Declaration
+
+    rows = [
+        {"name": ["Nat", "add_comm"], "module_name": ["Mathlib", "Algebra"], "kind": "theorem", "type": "∀ a b, a + b = b + a",
+         "source_line": 3, "source_path": "Mathlib/A.lean"},
+        {"name": "Fin2.IsLT.succ", "module_name": "Mathlib.Data.Fin2", "docstring": None},
+        {"name": ["Quote\"d", "back\\slash", "tab\tname"], "kind": {"odd": ["kind"]}, "value": 3},
+        {"name": ["«weird name»", "x"], "module_name": ["M", 7], "informal_description": "ünïcode \\ \" \n line"},
+        {"name": ["Only"], "extra_obj": {"a": [1, 2]}, "signature": ""},
+    ]
+    path = write_jsonl(rows)
+    res = load_corpus(any_db, str(path), name="shapes")
+    cols = ("row", "full_name", "name", "module_name", "kind", "type", "signature", "value", "informal_name",
+            "informal_description", "docstring", "extra")
+    with any_db.session() as s:
+        got = s.execute(
+            sa.select(*(getattr(Declaration, c) for c in cols)).where(Declaration.corpus_id == res.corpus_id)
+            .order_by(Declaration.row)
+        ).all()
+    expected = [parse_row(_json.loads(_json.dumps(r)), "x", i) for i, r in enumerate(rows)]
+    assert [dict(zip(cols, g)) for g in got] == [{c: e[c] for c in cols} for e in expected]
+    assert res.meta["extra_keys"] == {"source_line": 1, "source_path": 1, "extra_obj": 1}
+    assert res.meta["kinds"] == {"": 3, "theorem": 1, '{"odd": ["kind"]}': 1}

@@ -27,7 +27,7 @@ from engines.local.render import RENDERER_NAME, render_lsv2, renderer_hash
 from store.db import Database
 from store.errors import InputError
 from store.models import Answer, Corpus, Declaration, EngineConfig, Query
-from store.writes import HitRow, add_answer, ensure_config
+from store.writes import AnswerRow, HitRow, add_answers, ensure_config
 
 K_MAX = 200  # pinned (METHODOLOGY.md): every local list is cut at 200
 ENDPOINT_VERSION = "local-v1"
@@ -232,6 +232,7 @@ def write_answers(
 ) -> int:
     """Write ranked lists as answers + resolved hits, committing each batch of queries."""
     n = 0
+    pending: list[AnswerRow] = []
     with db.session() as s:
         for r in results:
             # Each hit is the corpus row itself: resolved by construction, no name lookup.
@@ -243,13 +244,17 @@ def write_answers(
                 )
                 for i, (j, sc) in enumerate(zip(r.indices, r.scores))
             ]
-            add_answer(
-                s, config_id=config_id, query_text=r.query.text, query_sha256=r.query.query_sha256,
+            pending.append(AnswerRow(
+                config_id=config_id, query_text=r.query.text, query_sha256=r.query.query_sha256,
                 hits=hits, epoch=epoch, latency_ms=r.latency_ms, meta=r.meta,
-            )
+            ))
             n += 1
             if n % 50 == 0:
+                add_answers(s, pending)  # one bulk write per committed batch of 50 queries
+                pending = []
                 s.commit()
+        if pending:
+            add_answers(s, pending)
         s.commit()
     return n
 
