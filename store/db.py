@@ -57,9 +57,11 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001
     cur.close()
 
 
-def _check_sqlite_file(path: Path) -> None:
+def check_sqlite_file(path: Path, *, must_exist: bool = False) -> None:
     """One clear line before SQLite sees a path it cannot use (it would say only
     "file is not a database" or "unable to open database file")."""
+    if must_exist and not path.exists():
+        raise DatabaseError(f"no SQLite database at {path}; check --db / {URL_ENV}")
     parent = path.resolve().parent
     if not parent.is_dir():
         raise DatabaseError(f"directory {parent} for SQLite database {path} does not exist; create it first")
@@ -94,7 +96,7 @@ def create_db_engine(url: str | None = None) -> Engine:
     try:
         if backend == "sqlite":
             if parsed.database and parsed.database != ":memory:":
-                _check_sqlite_file(Path(parsed.database).expanduser())
+                check_sqlite_file(Path(parsed.database).expanduser())
             engine = sa.create_engine(url, connect_args={"timeout": 30})
             event.listen(engine, "connect", _sqlite_pragmas)
         else:

@@ -25,6 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from engines.commands.common import info, out_console
+from store.db import check_sqlite_file
 from store.errors import DatabaseError, UserError
 
 EXIT_REFUSED = 2
@@ -120,17 +121,7 @@ def _sqlite_path(url: sa.URL) -> Path:
     if not url.database or url.database == ":memory:":
         raise DatabaseError("engines sql needs a database file, not an in-memory database; pass --db sqlite:///PATH")
     path = Path(url.database).expanduser()
-    if not path.exists():
-        raise DatabaseError(f"no SQLite database at {path}; check --db / ENGINES_DATABASE_URL")
-    if not path.is_file():
-        raise DatabaseError(f"{path} is not a file; pass --db sqlite:///PATH/TO/cache.db")
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(16)
-    except OSError as exc:
-        raise DatabaseError(f"cannot read {path}: {exc.strerror}; check its permissions") from None
-    if head and head != b"SQLite format 3\x00":
-        raise DatabaseError(f"{path} is not a SQLite database; check --db / ENGINES_DATABASE_URL")
+    check_sqlite_file(path, must_exist=True)
     return path
 
 
