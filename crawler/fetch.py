@@ -34,14 +34,27 @@ from typing import Any, Callable
 
 import httpx
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
 from crawler.pacing import Pacer
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, redact_headers, redact_url
-from store.models import Exchange, ParseOutcome, WorkLease
+from store.models import Answer, Exchange, Hit, ParseOutcome, WorkLease
+from store.names import normalize_name
 from store.types import utcnow
-from store.writes import HitRow, add_answer
+
+_EXCHANGES = Exchange.__table__
+_PARSES = ParseOutcome.__table__
+_ANSWERS = Answer.__table__
+_HITS = Hit.__table__
+_LEASES = WorkLease.__table__
+
+
+def _insert_for(dialect: str):
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
 
 
 def _hhmm(t: float) -> str:
@@ -375,7 +388,7 @@ class Fetcher:
         fp = hashlib.sha256(
             b"\0".join([request.method.encode(), url.encode(), body_out or b""])
         ).hexdigest()
-        row = Exchange(
+        values = dict(
             crawl_id=self.crawl_id,
             config_id=self.config_id,
             attempt=attempt,
@@ -394,16 +407,17 @@ class Fetcher:
             finished_at=utcnow(),
             elapsed_ms=round(elapsed_ms, 3),
         )
-        with self.db.session() as s, s.begin():
-            s.add(row)
-            s.flush()
-            ex_id = row.id
+        # A Core insert, committed on its own: the exchange is archived before anything
+        # parses it (an ORM object per exchange cost more than the HTTP call at local speeds).
+        with self.db.engine.begin() as conn:
+            ex_id = conn.execute(sa.insert(_EXCHANGES).values(**values).returning(_EXCHANGES.c.id)).scalar_one()
         self.exchanges += 1
         return ex_id
 
     def _record_parse(self, exchange_id: int, *, ok: bool, error: str | None) -> None:
-        with self.db.session() as s, s.begin():
-            s.add(ParseOutcome(exchange_id=exchange_id, parser_version=self.adapter.parser_version, ok=ok, error=error))
+        with self.db.engine.begin() as conn:
+            conn.execute(sa.insert(_PARSES).values(exchange_id=exchange_id, parser_version=self.adapter.parser_version,
+                                                   ok=ok, error=error))
 
     def _write_answers(
         self, exchange_id: int, items: list[tuple[str, str]], parsed: list[list[Any]], elapsed_ms: float | None
@@ -428,34 +442,40 @@ def write_answers(
     # A tolerant parse returns engines.base.HitList (what it dropped); a plain list dropped nothing.
     drops = [int(getattr(hits, "dropped", 0) or 0) for hits in parsed]
     reason = next((getattr(h, "drop_reason", None) for h in parsed if getattr(h, "drop_reason", None)), None)
-    with db.session() as s, s.begin():
-        s.add(ParseOutcome(exchange_id=exchange_id, parser_version=parser_version, ok=True, error=None,
-                           dropped_items=sum(drops), drop_reason=reason))
+    fetched_at = utcnow()
+    # Core statements in one transaction (the crawl's hot path): an answer already current
+    # for this configuration × text × epoch (answered meanwhile by another worker or path)
+    # makes the insert a no-op instead of an error, so fetch-once keeps the first answer
+    # without a savepoint per text.
+    ins = _insert_for(db.dialect)
+    hit_rows: list[dict[str, Any]] = []
+    with db.engine.begin() as conn:
+        conn.execute(sa.insert(_PARSES).values(exchange_id=exchange_id, parser_version=parser_version, ok=True,
+                                               error=None, dropped_items=sum(drops), drop_reason=reason))
         for (sha, text), hits, dropped in zip(items, parsed, drops):
-            try:
-                with s.begin_nested():
-                    add_answer(
-                        s,
-                        config_id=config_id,
-                        query_text=text,
-                        query_sha256=sha,
-                        hits=[HitRow(rank=h.rank, name=h.name, raw=h.raw) for h in hits],
-                        epoch=epoch,
-                        exchange_id=exchange_id,
-                        parser_version=parser_version,
-                        latency_ms=latency_ms,
-                        dropped_items=dropped,
-                    )
-            except IntegrityError:
+            answer_id = conn.execute(
+                ins(_ANSWERS).values(
+                    config_id=config_id, query_text=text, query_sha256=sha, epoch=epoch, exchange_id=exchange_id,
+                    parser_version=parser_version, fetched_at=fetched_at, n_returned=len(hits),
+                    latency_ms=latency_ms, meta=None, superseded=False, dropped_items=dropped,
+                ).on_conflict_do_nothing().returning(_ANSWERS.c.id)
+            ).scalar()
+            if answer_id is None:
                 continue  # answered meanwhile (another path); fetch-once keeps the first
+            hit_rows.extend(
+                {"answer_id": answer_id, "rank": h.rank, "name": h.name, "normalized_name": normalize_name(h.name),
+                 "raw": h.raw, "resolved_corpus_id": None, "declaration_id": None, "resolution": None}
+                for h in hits
+            )
             done.append(sha)
+        if hit_rows:
+            conn.execute(sa.insert(_HITS), hit_rows)
         if items:
-            s.execute(
-                sa.delete(WorkLease).where(
-                    WorkLease.config_id == config_id,
-                    WorkLease.epoch == epoch,
-                    WorkLease.query_sha256.in_([sha for sha, _ in items]),
+            conn.execute(
+                sa.delete(_LEASES).where(
+                    _LEASES.c.config_id == config_id,
+                    _LEASES.c.epoch == epoch,
+                    _LEASES.c.query_sha256.in_([sha for sha, _ in items]),
                 )
             )
     return done
-

@@ -206,13 +206,26 @@ class DbLedger:
     window allows it. No sleeping happens inside the transaction.
     """
 
-    def __init__(self, db) -> None:  # noqa: ANN001 - store.db.Database
+    # Pacer.acquire runs reserve in a thread: a transaction on the event-loop thread holds
+    # up every other request in flight.
+    blocking = True
+
+    def __init__(self, db, *, exclusive: bool = False) -> None:  # noqa: ANN001 - store.db.Database
         from store.models import HostState, SendLog
 
         self.db = db
         self._hs = HostState.__table__
         self._sl = SendLog.__table__
         self._known: set[str] = set()
+        # exclusive: this process is the only writer of send_log / host_state (a SQLite file
+        # under the crawl lock). Then the window and the pause are kept in memory after one
+        # read per host, and reserve only appends the send: nobody else can change them.
+        # Every send is still written (pending) before it leaves, so a restart reloads them.
+        self.exclusive = exclusive
+        self._cache: dict[str, list[list]] = {}  # host → newest sends [[sent_at, pending], ...]
+        self._paused: dict[str, float | None] = {}
+        self._outage: dict[str, bool] = {}  # host → an outage is recorded in host_state
+        self._loaded: dict[str, int] = {}  # host → how many sends the cache was loaded with
 
     def _ensure_host(self, conn: sa.Connection, host: str) -> None:
         if host in self._known:
@@ -230,10 +243,49 @@ class DbLedger:
             )
         self._known.add(host)
 
+    def _load(self, host: str, n: int) -> list[list]:
+        """The exclusive cache of a host: its newest ``n`` sends and its pause, read once."""
+        log = self._cache.get(host)
+        if log is None or self._loaded.get(host, 0) < n:
+            hs = self._hs
+            with self.db.engine.connect() as conn:
+                rows = conn.execute(
+                    sa.select(self._sl.c.sent_at, self._sl.c.pending).where(self._sl.c.host == host)
+                    .order_by(self._sl.c.sent_at.desc()).limit(n)
+                ).all()
+                state = conn.execute(sa.select(hs.c.paused_until, hs.c.outage_since, hs.c.outage_count)
+                                     .where(hs.c.host == host)).first()
+            log = sorted(([t, bool(p)] for t, p in rows), key=lambda r: r[0])
+            self._cache[host] = log
+            self._loaded[host] = n
+            self._paused[host] = state[0] if state else None
+            self._outage[host] = bool(state and (state[1] is not None or (state[2] or 0) > 0))
+        return log
+
+    def _reserve_exclusive(
+        self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
+        credit: tuple[float, float] | None,
+    ) -> tuple[bool, float]:
+        log = self._load(host, rate.n)
+        current = now()
+        recent = [max(t, current) if p and current - t < PENDING_MAX else t for t, p in log[-rate.n:]]
+        t = earliest_send(recent, self._paused.get(host), rate, margin, credit)
+        if t > current:
+            return False, t
+        with self.db.engine.begin() as conn:
+            self._ensure_host(conn, host)
+            conn.execute(sa.insert(self._sl).values(host=host, sent_at=current, worker=worker, pending=True))
+        log.append([current, True])
+        log.sort(key=lambda r: r[0])
+        del log[:-max(rate.n, 1)]
+        return True, current
+
     def reserve(
         self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
         credit: tuple[float, float] | None = None,
     ) -> tuple[bool, float]:
+        if self.exclusive:
+            return self._reserve_exclusive(host, now, rate, margin, worker, credit)
         with self.db.engine.connect() as conn:
             self._ensure_host(conn, host)
             conn.commit()
@@ -272,6 +324,9 @@ class DbLedger:
                     conn.execute(
                         sa.update(self._hs).where(self._hs.c.host == host).values(paused_until=until, updated_at=utcnow())
                     )
+                    cur = until
+        if host in self._paused:
+            self._paused[host] = cur
 
     def correct(self, host: str, recorded: float, actual: float) -> None:
         with self.db.engine.begin() as conn:
@@ -279,8 +334,15 @@ class DbLedger:
                 sa.update(self._sl).where(self._sl.c.host == host, self._sl.c.sent_at == recorded)
                 .values(sent_at=actual, pending=False)
             )
+        for row in self._cache.get(host, ()):
+            if row[0] == recorded:
+                row[0], row[1] = actual, False
+                self._cache[host].sort(key=lambda r: r[0])
+                break
 
     def paused_until(self, host: str) -> float | None:
+        if self.exclusive and host in self._paused:
+            return self._paused[host]
         with self.db.engine.connect() as conn:
             return conn.execute(sa.select(self._hs.c.paused_until).where(self._hs.c.host == host)).scalar()
 
@@ -303,18 +365,24 @@ class DbLedger:
                 conn.execute(sa.update(hs).where(hs.c.host == host).values(
                     paused_until=until, outage_since=since, outage_reason=reason[:1000], outage_count=count,
                     updated_at=utcnow()))
+        if host in self._paused:
+            self._paused[host], self._outage[host] = until, True
         return until, since, count
 
     def clear_outage(self, host: str) -> None:
         from store.types import utcnow
 
         hs = self._hs
+        if self.exclusive and self._outage.get(host) is False:
+            return  # nothing recorded, and only this process writes host_state
         with self.db.engine.begin() as conn:
             conn.execute(
                 sa.update(hs)
                 .where(hs.c.host == host, sa.or_(hs.c.outage_since.is_not(None), hs.c.outage_count > 0))
                 .values(outage_since=None, outage_reason=None, outage_count=0, updated_at=utcnow())
             )
+        if host in self._outage:
+            self._outage[host] = False
 
     def history(self, host: str, since: float) -> list[float]:
         with self.db.engine.connect() as conn:
@@ -395,8 +463,11 @@ class Pacer:
         async with self._lock:
             planned: float | None = None
             while True:
-                ok, t = self.ledger.reserve(self.host, self.clock.now, self.rate, self.margin, self.worker,
-                                            self._credit())
+                args = (self.host, self.clock.now, self.rate, self.margin, self.worker, self._credit())
+                if getattr(self.ledger, "blocking", False):
+                    ok, t = await asyncio.to_thread(self.ledger.reserve, *args)
+                else:
+                    ok, t = self.ledger.reserve(*args)
                 if ok:
                     self.stats.sends += 1
                     self._last = (t, t if planned is None else planned)

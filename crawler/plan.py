@@ -88,8 +88,12 @@ class WorkQueue:
         worker: str,
         lease_ttl: float = 900.0,
         clock=time.time,
+        exclusive: bool = False,
     ) -> None:
         self.db = db
+        # exclusive: no other worker can hold a lease or answer in this configuration (a
+        # SQLite file under the crawl lock), so the check before a send needs no database.
+        self.exclusive = exclusive
         self.config_id = config_id
         self.epoch = epoch
         self.texts = texts
@@ -208,6 +212,8 @@ class WorkQueue:
         """
         if not shas:
             return []
+        if self.exclusive:
+            return [sha for sha in shas if sha in self.held]
         self.renew(shas)
         now = self.clock()
         with self.db.session() as s:

@@ -519,7 +519,11 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
             s.add(crawl)
             s.flush()
             crawl_id = crawl.id
-        ledger = DbLedger(db)
+        # Under the SQLite crawl lock this process is the only crawler of the file: the pacing
+        # window and the leases need no re-reading from the database before each send.
+        ledger = DbLedger(db, exclusive=lock is not None)
+        for eng in engines:
+            eng.queue.exclusive = lock is not None
         clock = SystemClock()
         pacers: dict[str, Pacer] = {}
         fetchers: list[tuple[_Engine, Fetcher]] = []
