@@ -230,7 +230,11 @@ class Fetcher:
         """``before_send``: renew the leases, drop texts answered or claimed elsewhere meanwhile."""
         if self.before_send is None:
             return items
-        keep = set(await asyncio.to_thread(self.before_send, [sha for sha, _ in items]))
+        shas = [sha for sha, _ in items]
+        if getattr(getattr(self.before_send, "__self__", None), "exclusive", False):
+            keep = set(self.before_send(shas))  # no database work (one crawler per file): no thread
+        else:
+            keep = set(await asyncio.to_thread(self.before_send, shas))
         if len(keep) < len(items):
             dropped = [sha for sha, _ in items if sha not in keep]
             outcome.skipped.extend(dropped)
@@ -354,7 +358,8 @@ class Fetcher:
             raise Retryable(str(exc)) from None
         self.consecutive_failures = 0
         outcome.answered = await asyncio.to_thread(self._write_answers, ex_id, items, parsed, elapsed)
-        await asyncio.to_thread(self.pacer.clear_outage)
+        if self.pacer.outage_may_be_recorded():
+            await asyncio.to_thread(self.pacer.clear_outage)
 
     async def _outage(self, reason: str) -> None:
         """Pause the host with growing backoff and go round again (raises :class:`_Outage`)."""

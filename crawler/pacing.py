@@ -369,6 +369,10 @@ class DbLedger:
             self._paused[host], self._outage[host] = until, True
         return until, since, count
 
+    def outage_recorded(self, host: str) -> bool:
+        """Whether host_state may hold an outage of ``host`` (always, unless exclusive and known)."""
+        return not (self.exclusive and self._outage.get(host) is False)
+
     def clear_outage(self, host: str) -> None:
         from store.types import utcnow
 
@@ -513,6 +517,11 @@ class Pacer:
 
     def clear_outage(self) -> None:
         self.ledger.clear_outage(self.host)
+
+    def outage_may_be_recorded(self) -> bool:
+        """False only when the ledger knows no outage is recorded (then clearing is a no-op)."""
+        known = getattr(self.ledger, "outage_recorded", None)
+        return True if known is None else known(self.host)
 
 
 def max_in_window(times: list[float], period: float) -> int:
