@@ -274,16 +274,23 @@ class Fetcher:
             # database write does not hold the request back (which would make it later still).
             if name.endswith("send_request_headers.started") and not left:
                 left.append(time.time())
-                correcting.append(asyncio.create_task(asyncio.to_thread(self.pacer.correct, granted, left[0])))
+                if defer:
+                    self.pacer.correct(granted, left[0], defer=True)  # memory only: no thread, no task
+                else:
+                    correcting.append(asyncio.create_task(asyncio.to_thread(self.pacer.correct, granted, left[0])))
 
         async def corrected() -> None:
             if correcting:
                 await correcting[0]
+            elif defer:
+                if not left:
+                    self.pacer.correct(granted, sent_wall, defer=True)
             else:
                 # Fallback when the event never fired (a transport without trace hooks):
                 # the request left no earlier than the call to send.
                 await asyncio.to_thread(self.pacer.correct, granted, sent_wall)
 
+        defer = self.pacer.defers_corrections
         request.extensions["trace"] = trace
         sent_wall = time.time()
         t0 = time.perf_counter()
@@ -415,6 +422,9 @@ class Fetcher:
         # A Core insert, committed on its own: the exchange is archived before anything
         # parses it (an ORM object per exchange cost more than the HTTP call at local speeds).
         with self.db.engine.begin() as conn:
+            flush = getattr(self.pacer.ledger, "flush_corrections", None)
+            if flush is not None:
+                flush(conn)  # this exchange's departure (and any other deferred one), same commit
             ex_id = conn.execute(sa.insert(_EXCHANGES).values(**values).returning(_EXCHANGES.c.id)).scalar_one()
         self.exchanges += 1
         return ex_id

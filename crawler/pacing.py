@@ -109,6 +109,22 @@ def earliest_send(
     return t
 
 
+def earliest_send_span(
+    count: int, oldest: float | None, newest: float | None, paused_until: float | None, rate: Rate,
+    margin: float, credit: tuple[float, float] | None = None,
+) -> float:
+    """:func:`earliest_send` from the last n sends reduced to (how many, oldest, newest)."""
+    t = paused_until or 0.0
+    if count and newest is not None:
+        base = newest
+        if credit is not None and credit[0] == base:
+            base -= credit[1]
+        t = max(t, base + rate.period / rate.n)
+        if count >= rate.n and oldest is not None:
+            t = max(t, oldest + rate.period + margin)
+    return t
+
+
 class Ledger(Protocol):
     """Where send times and pauses are kept. ``reserve`` records a send now, if allowed."""
 
@@ -226,6 +242,7 @@ class DbLedger:
         self._paused: dict[str, float | None] = {}
         self._outage: dict[str, bool] = {}  # host → an outage is recorded in host_state
         self._loaded: dict[str, int] = {}  # host → how many sends the cache was loaded with
+        self._deferred: deque = deque()  # (host, recorded, actual) corrections not yet written
 
     def _ensure_host(self, conn: sa.Connection, host: str) -> None:
         if host in self._known:
@@ -293,18 +310,23 @@ class DbLedger:
                 paused = conn.execute(
                     sa.select(self._hs.c.paused_until).where(self._hs.c.host == host).with_for_update()
                 ).scalar()
-                rows = conn.execute(
-                    sa.select(self._sl.c.sent_at, self._sl.c.pending)
-                    .where(self._sl.c.host == host)
-                    .order_by(self._sl.c.sent_at.desc())
-                    .limit(rate.n)
-                ).all()
                 current = now()
                 # A granted send that has not left yet may leave any moment: count it as
                 # leaving now, so the window never starts before its real departure however
                 # late its sender runs (a busy machine). A dead sender's mark lapses.
-                recent = [max(t, current) if p and current - t < PENDING_MAX else t for t, p in rows]
-                t = earliest_send(recent, paused, rate, margin, credit)
+                # Only the oldest and newest of the last n (so adjusted) matter: the database
+                # reduces them, instead of sending n rows per request (n = 1000 at 1000/s).
+                last = (sa.select(self._sl.c.sent_at, self._sl.c.pending).where(self._sl.c.host == host)
+                        .order_by(self._sl.c.sent_at.desc()).limit(rate.n).subquery())
+                adjusted = sa.case(
+                    (sa.and_(last.c.pending, last.c.sent_at > current - PENDING_MAX, last.c.sent_at < current),
+                     sa.literal(current, sa.Float)),
+                    else_=last.c.sent_at,
+                )
+                count, lo, hi = conn.execute(
+                    sa.select(sa.func.count(), sa.func.min(adjusted), sa.func.max(adjusted)).select_from(last)
+                ).one()
+                t = earliest_send_span(count, lo, hi, paused, rate, margin, credit)
                 if t > current:
                     return False, t
                 conn.execute(sa.insert(self._sl).values(host=host, sent_at=current, worker=worker, pending=True))
@@ -334,11 +356,31 @@ class DbLedger:
                 sa.update(self._sl).where(self._sl.c.host == host, self._sl.c.sent_at == recorded)
                 .values(sent_at=actual, pending=False)
             )
+        self._correct_cache(host, recorded, actual)
+
+    def _correct_cache(self, host: str, recorded: float, actual: float) -> None:
         for row in self._cache.get(host, ()):
             if row[0] == recorded:
                 row[0], row[1] = actual, False
                 self._cache[host].sort(key=lambda r: r[0])
                 break
+
+    def correct_later(self, host: str, recorded: float, actual: float) -> None:
+        """Exclusive ledgers: correct the window now, the send_log row in the next archive."""
+        self._correct_cache(host, recorded, actual)
+        self._deferred.append((host, recorded, actual))
+
+    def flush_corrections(self, conn: sa.Connection) -> None:
+        """Write the deferred corrections inside the caller's transaction."""
+        while True:
+            try:
+                host, recorded, actual = self._deferred.popleft()
+            except IndexError:
+                return
+            conn.execute(
+                sa.update(self._sl).where(self._sl.c.host == host, self._sl.c.sent_at == recorded)
+                .values(sent_at=actual, pending=False)
+            )
 
     def paused_until(self, host: str) -> float | None:
         if self.exclusive and host in self._paused:
@@ -493,7 +535,14 @@ class Pacer:
         sent, planned = self._last
         return sent, min(max(0.0, sent - planned), self.interval / 2)
 
-    def correct(self, recorded: float, actual: float, threshold: float = 0.001) -> None:
+    @property
+    def defers_corrections(self) -> bool:
+        """True when nobody else reads this ledger (SQLite under the crawl lock): a departure
+        is corrected in memory at once and in the database with the exchange's archive
+        transaction (the pending row, if that never happens, counts conservatively)."""
+        return bool(getattr(self.ledger, "exclusive", False)) and hasattr(self.ledger, "correct_later")
+
+    def correct(self, recorded: float, actual: float, threshold: float = 0.001, *, defer: bool = False) -> None:
         """The request granted at ``recorded`` left at ``actual``: keep the log exact.
 
         Between the grant and the bytes leaving there can be milliseconds (a commit, the
@@ -503,7 +552,11 @@ class Pacer:
         self.stats.send_delays.append(actual - recorded)
         if actual - recorded <= threshold:
             actual = recorded  # not worth moving; the call still clears the pending mark
-        self.ledger.correct(self.host, recorded, actual)
+        later = getattr(self.ledger, "correct_later", None) if defer else None
+        if later is not None:
+            later(self.host, recorded, actual)
+        else:
+            self.ledger.correct(self.host, recorded, actual)
         if self._last is not None and self._last[0] == recorded:
             self._last = (actual, self._last[1])
 
