@@ -57,6 +57,18 @@ def _insert_for(dialect: str):
     return insert
 
 
+# The hot path's statements, built once: building a statement per exchange (``.values(...)``)
+# cost as much as executing it. Parameters go in as dicts.
+_ARCHIVE = sa.insert(_EXCHANGES).returning(_EXCHANGES.c.id)
+_PARSE = sa.insert(_PARSES)
+_ANSWER = {d: _insert_for(d)(_ANSWERS).on_conflict_do_nothing().returning(_ANSWERS.c.id)
+           for d in ("sqlite", "postgresql")}
+_HIT = sa.insert(_HITS)
+_LEASES_DONE = sa.delete(_LEASES).where(
+    _LEASES.c.config_id == sa.bindparam("c"), _LEASES.c.epoch == sa.bindparam("e"),
+    _LEASES.c.query_sha256.in_(sa.bindparam("shas", expanding=True)))
+
+
 def _hhmm(t: float) -> str:
     import datetime as dt
 
@@ -425,14 +437,14 @@ class Fetcher:
             flush = getattr(self.pacer.ledger, "flush_corrections", None)
             if flush is not None:
                 flush(conn)  # this exchange's departure (and any other deferred one), same commit
-            ex_id = conn.execute(sa.insert(_EXCHANGES).values(**values).returning(_EXCHANGES.c.id)).scalar_one()
+            ex_id = conn.execute(_ARCHIVE, values).scalar_one()
         self.exchanges += 1
         return ex_id
 
     def _record_parse(self, exchange_id: int, *, ok: bool, error: str | None) -> None:
         with self.db.engine.begin() as conn:
-            conn.execute(sa.insert(_PARSES).values(exchange_id=exchange_id, parser_version=self.adapter.parser_version,
-                                                   ok=ok, error=error))
+            conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=self.adapter.parser_version,
+                                      ok=ok, error=error, dropped_items=0, drop_reason=None))
 
     def _write_answers(
         self, exchange_id: int, items: list[tuple[str, str]], parsed: list[list[Any]], elapsed_ms: float | None
@@ -462,19 +474,17 @@ def write_answers(
     # for this configuration × text × epoch (answered meanwhile by another worker or path)
     # makes the insert a no-op instead of an error, so fetch-once keeps the first answer
     # without a savepoint per text.
-    ins = _insert_for(db.dialect)
+    answer = _ANSWER["postgresql" if db.dialect == "postgresql" else "sqlite"]
     hit_rows: list[dict[str, Any]] = []
     with db.engine.begin() as conn:
-        conn.execute(sa.insert(_PARSES).values(exchange_id=exchange_id, parser_version=parser_version, ok=True,
-                                               error=None, dropped_items=sum(drops), drop_reason=reason))
+        conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=parser_version, ok=True,
+                                  error=None, dropped_items=sum(drops), drop_reason=reason))
         for (sha, text), hits, dropped in zip(items, parsed, drops):
-            answer_id = conn.execute(
-                ins(_ANSWERS).values(
-                    config_id=config_id, query_text=text, query_sha256=sha, epoch=epoch, exchange_id=exchange_id,
-                    parser_version=parser_version, fetched_at=fetched_at, n_returned=len(hits),
-                    latency_ms=latency_ms, meta=None, superseded=False, dropped_items=dropped,
-                ).on_conflict_do_nothing().returning(_ANSWERS.c.id)
-            ).scalar()
+            answer_id = conn.execute(answer, dict(
+                config_id=config_id, query_text=text, query_sha256=sha, epoch=epoch, exchange_id=exchange_id,
+                parser_version=parser_version, fetched_at=fetched_at, n_returned=len(hits),
+                latency_ms=latency_ms, meta=None, superseded=False, dropped_items=dropped,
+            )).scalar()
             if answer_id is None:
                 continue  # answered meanwhile (another path); fetch-once keeps the first
             hit_rows.extend(
@@ -484,13 +494,7 @@ def write_answers(
             )
             done.append(sha)
         if hit_rows:
-            conn.execute(sa.insert(_HITS), hit_rows)
+            conn.execute(_HIT, hit_rows)
         if items:
-            conn.execute(
-                sa.delete(_LEASES).where(
-                    _LEASES.c.config_id == config_id,
-                    _LEASES.c.epoch == epoch,
-                    _LEASES.c.query_sha256.in_([sha for sha, _ in items]),
-                )
-            )
+            conn.execute(_LEASES_DONE, {"c": config_id, "e": epoch, "shas": [sha for sha, _ in items]})
     return done

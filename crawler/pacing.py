@@ -242,6 +242,9 @@ class DbLedger:
         self._paused: dict[str, float | None] = {}
         self._outage: dict[str, bool] = {}  # host → an outage is recorded in host_state
         self._loaded: dict[str, int] = {}  # host → how many sends the cache was loaded with
+        self._send_insert = sa.insert(self._sl)
+        self._send_correct = sa.update(self._sl).where(self._sl.c.host == sa.bindparam("h"),
+                                                       self._sl.c.sent_at == sa.bindparam("r"))
         self._deferred: deque = deque()  # (host, recorded, actual) corrections not yet written
 
     def _ensure_host(self, conn: sa.Connection, host: str) -> None:
@@ -291,7 +294,7 @@ class DbLedger:
             return False, t
         with self.db.engine.begin() as conn:
             self._ensure_host(conn, host)
-            conn.execute(sa.insert(self._sl).values(host=host, sent_at=current, worker=worker, pending=True))
+            conn.execute(self._send_insert, {"host": host, "sent_at": current, "worker": worker, "pending": True})
         log.append([current, True])
         log.sort(key=lambda r: r[0])
         del log[:-max(rate.n, 1)]
@@ -352,10 +355,7 @@ class DbLedger:
 
     def correct(self, host: str, recorded: float, actual: float) -> None:
         with self.db.engine.begin() as conn:
-            conn.execute(
-                sa.update(self._sl).where(self._sl.c.host == host, self._sl.c.sent_at == recorded)
-                .values(sent_at=actual, pending=False)
-            )
+            conn.execute(self._send_correct, {"h": host, "r": recorded, "sent_at": actual, "pending": False})
         self._correct_cache(host, recorded, actual)
 
     def _correct_cache(self, host: str, recorded: float, actual: float) -> None:
@@ -377,10 +377,7 @@ class DbLedger:
                 host, recorded, actual = self._deferred.popleft()
             except IndexError:
                 return
-            conn.execute(
-                sa.update(self._sl).where(self._sl.c.host == host, self._sl.c.sent_at == recorded)
-                .values(sent_at=actual, pending=False)
-            )
+            conn.execute(self._send_correct, {"h": host, "r": recorded, "sent_at": actual, "pending": False})
 
     def paused_until(self, host: str) -> float | None:
         if self.exclusive and host in self._paused:
