@@ -376,8 +376,16 @@ class Fetcher:
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {exc}")
             raise Retryable(str(exc)) from None
         self.consecutive_failures = 0
-        outcome.answered = await asyncio.to_thread(self._write_answers, ex_id, items, parsed, elapsed)
+        clear_in = getattr(self.pacer.ledger, "clear_outage_in", None)
+        # A good answer: the host is up again. Cleared in the answer's transaction when the
+        # ledger can; not at all when it knows nothing is recorded.
+        after = None
         if self.pacer.outage_may_be_recorded():
+            if clear_in is not None:
+                def after(conn: sa.Connection) -> None:
+                    clear_in(conn, self.pacer.host)
+        outcome.answered = await asyncio.to_thread(self._write_answers, ex_id, items, parsed, elapsed, after)
+        if after is None and clear_in is None:
             await asyncio.to_thread(self.pacer.clear_outage)
 
     async def _outage(self, reason: str) -> None:
@@ -447,11 +455,13 @@ class Fetcher:
                                       ok=ok, error=error, dropped_items=0, drop_reason=None))
 
     def _write_answers(
-        self, exchange_id: int, items: list[tuple[str, str]], parsed: list[list[Any]], elapsed_ms: float | None
+        self, exchange_id: int, items: list[tuple[str, str]], parsed: list[list[Any]], elapsed_ms: float | None,
+        after: Callable[[sa.Connection], None] | None = None,
     ) -> list[str]:
         """Parse outcome + one answer per text + lease removal, in one transaction."""
         return write_answers(
-            self.db, self.adapter.parser_version, self.config_id, self.epoch, exchange_id, items, parsed, elapsed_ms
+            self.db, self.adapter.parser_version, self.config_id, self.epoch, exchange_id, items, parsed, elapsed_ms,
+            after=after,
         )
 
 
@@ -464,7 +474,11 @@ def write_answers(
     items: list[tuple[str, str]],
     parsed: list[list[Any]],
     latency_ms: float | None,
+    *,
+    after: Callable[[sa.Connection], None] | None = None,
 ) -> list[str]:
+    """Parse outcome + one answer per text + lease removal in one transaction; ``after`` runs
+    last inside it. Returns the shas answered now."""
     done: list[str] = []
     # A tolerant parse returns engines.base.HitList (what it dropped); a plain list dropped nothing.
     drops = [int(getattr(hits, "dropped", 0) or 0) for hits in parsed]
@@ -497,4 +511,6 @@ def write_answers(
             conn.execute(_HIT, hit_rows)
         if items:
             conn.execute(_LEASES_DONE, {"c": config_id, "e": epoch, "shas": [sha for sha, _ in items]})
+        if after is not None:
+            after(conn)
     return done

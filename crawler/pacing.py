@@ -413,17 +413,21 @@ class DbLedger:
         return not (self.exclusive and self._outage.get(host) is False)
 
     def clear_outage(self, host: str) -> None:
-        from store.types import utcnow
-
-        hs = self._hs
         if self.exclusive and self._outage.get(host) is False:
             return  # nothing recorded, and only this process writes host_state
         with self.db.engine.begin() as conn:
-            conn.execute(
-                sa.update(hs)
-                .where(hs.c.host == host, sa.or_(hs.c.outage_since.is_not(None), hs.c.outage_count > 0))
-                .values(outage_since=None, outage_reason=None, outage_count=0, updated_at=utcnow())
-            )
+            self.clear_outage_in(conn, host)
+
+    def clear_outage_in(self, conn: sa.Connection, host: str) -> None:
+        """``clear_outage`` inside the caller's transaction (the answer's: one commit fewer)."""
+        from store.types import utcnow
+
+        hs = self._hs
+        conn.execute(
+            sa.update(hs)
+            .where(hs.c.host == host, sa.or_(hs.c.outage_since.is_not(None), hs.c.outage_count > 0))
+            .values(outage_since=None, outage_reason=None, outage_count=0, updated_at=utcnow())
+        )
         if host in self._outage:
             self._outage[host] = False
 
