@@ -34,14 +34,39 @@ from typing import Any, Callable
 
 import httpx
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
 from crawler.pacing import Pacer
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, redact_headers, redact_url
-from store.models import Exchange, ParseOutcome, WorkLease
+from store.models import Answer, Exchange, Hit, ParseOutcome, WorkLease
+from store.names import normalize_name
 from store.types import utcnow
-from store.writes import HitRow, add_answer
+
+_EXCHANGES = Exchange.__table__
+_PARSES = ParseOutcome.__table__
+_ANSWERS = Answer.__table__
+_HITS = Hit.__table__
+_LEASES = WorkLease.__table__
+
+
+def _insert_for(dialect: str):
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
+
+
+# The hot path's statements, built once: building a statement per exchange (``.values(...)``)
+# cost as much as executing it. Parameters go in as dicts.
+_ARCHIVE = sa.insert(_EXCHANGES).returning(_EXCHANGES.c.id)
+_PARSE = sa.insert(_PARSES)
+_ANSWER = {d: _insert_for(d)(_ANSWERS).on_conflict_do_nothing().returning(_ANSWERS.c.id)
+           for d in ("sqlite", "postgresql")}
+_HIT = sa.insert(_HITS)
+_LEASES_DONE = sa.delete(_LEASES).where(
+    _LEASES.c.config_id == sa.bindparam("c"), _LEASES.c.epoch == sa.bindparam("e"),
+    _LEASES.c.query_sha256.in_(sa.bindparam("shas", expanding=True)))
 
 
 def _hhmm(t: float) -> str:
@@ -217,7 +242,11 @@ class Fetcher:
         """``before_send``: renew the leases, drop texts answered or claimed elsewhere meanwhile."""
         if self.before_send is None:
             return items
-        keep = set(await asyncio.to_thread(self.before_send, [sha for sha, _ in items]))
+        shas = [sha for sha, _ in items]
+        if getattr(getattr(self.before_send, "__self__", None), "exclusive", False):
+            keep = set(self.before_send(shas))  # no database work (one crawler per file): no thread
+        else:
+            keep = set(await asyncio.to_thread(self.before_send, shas))
         if len(keep) < len(items):
             dropped = [sha for sha, _ in items if sha not in keep]
             outcome.skipped.extend(dropped)
@@ -257,16 +286,23 @@ class Fetcher:
             # database write does not hold the request back (which would make it later still).
             if name.endswith("send_request_headers.started") and not left:
                 left.append(time.time())
-                correcting.append(asyncio.create_task(asyncio.to_thread(self.pacer.correct, granted, left[0])))
+                if defer:
+                    self.pacer.correct(granted, left[0], defer=True)  # memory only: no thread, no task
+                else:
+                    correcting.append(asyncio.create_task(asyncio.to_thread(self.pacer.correct, granted, left[0])))
 
         async def corrected() -> None:
             if correcting:
                 await correcting[0]
+            elif defer:
+                if not left:
+                    self.pacer.correct(granted, sent_wall, defer=True)
             else:
                 # Fallback when the event never fired (a transport without trace hooks):
                 # the request left no earlier than the call to send.
                 await asyncio.to_thread(self.pacer.correct, granted, sent_wall)
 
+        defer = self.pacer.defers_corrections
         request.extensions["trace"] = trace
         sent_wall = time.time()
         t0 = time.perf_counter()
@@ -340,8 +376,17 @@ class Fetcher:
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {exc}")
             raise Retryable(str(exc)) from None
         self.consecutive_failures = 0
-        outcome.answered = await asyncio.to_thread(self._write_answers, ex_id, items, parsed, elapsed)
-        await asyncio.to_thread(self.pacer.clear_outage)
+        clear_in = getattr(self.pacer.ledger, "clear_outage_in", None)
+        # A good answer: the host is up again. Cleared in the answer's transaction when the
+        # ledger can; not at all when it knows nothing is recorded.
+        after = None
+        if self.pacer.outage_may_be_recorded():
+            if clear_in is not None:
+                def after(conn: sa.Connection) -> None:
+                    clear_in(conn, self.pacer.host)
+        outcome.answered = await asyncio.to_thread(self._write_answers, ex_id, items, parsed, elapsed, after)
+        if after is None and clear_in is None:
+            await asyncio.to_thread(self.pacer.clear_outage)
 
     async def _outage(self, reason: str) -> None:
         """Pause the host with growing backoff and go round again (raises :class:`_Outage`)."""
@@ -375,7 +420,7 @@ class Fetcher:
         fp = hashlib.sha256(
             b"\0".join([request.method.encode(), url.encode(), body_out or b""])
         ).hexdigest()
-        row = Exchange(
+        values = dict(
             crawl_id=self.crawl_id,
             config_id=self.config_id,
             attempt=attempt,
@@ -394,23 +439,29 @@ class Fetcher:
             finished_at=utcnow(),
             elapsed_ms=round(elapsed_ms, 3),
         )
-        with self.db.session() as s, s.begin():
-            s.add(row)
-            s.flush()
-            ex_id = row.id
+        # A Core insert, committed on its own: the exchange is archived before anything
+        # parses it (an ORM object per exchange cost more than the HTTP call at local speeds).
+        with self.db.engine.begin() as conn:
+            flush = getattr(self.pacer.ledger, "flush_corrections", None)
+            if flush is not None:
+                flush(conn)  # this exchange's departure (and any other deferred one), same commit
+            ex_id = conn.execute(_ARCHIVE, values).scalar_one()
         self.exchanges += 1
         return ex_id
 
     def _record_parse(self, exchange_id: int, *, ok: bool, error: str | None) -> None:
-        with self.db.session() as s, s.begin():
-            s.add(ParseOutcome(exchange_id=exchange_id, parser_version=self.adapter.parser_version, ok=ok, error=error))
+        with self.db.engine.begin() as conn:
+            conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=self.adapter.parser_version,
+                                      ok=ok, error=error, dropped_items=0, drop_reason=None))
 
     def _write_answers(
-        self, exchange_id: int, items: list[tuple[str, str]], parsed: list[list[Any]], elapsed_ms: float | None
+        self, exchange_id: int, items: list[tuple[str, str]], parsed: list[list[Any]], elapsed_ms: float | None,
+        after: Callable[[sa.Connection], None] | None = None,
     ) -> list[str]:
         """Parse outcome + one answer per text + lease removal, in one transaction."""
         return write_answers(
-            self.db, self.adapter.parser_version, self.config_id, self.epoch, exchange_id, items, parsed, elapsed_ms
+            self.db, self.adapter.parser_version, self.config_id, self.epoch, exchange_id, items, parsed, elapsed_ms,
+            after=after,
         )
 
 
@@ -423,39 +474,43 @@ def write_answers(
     items: list[tuple[str, str]],
     parsed: list[list[Any]],
     latency_ms: float | None,
+    *,
+    after: Callable[[sa.Connection], None] | None = None,
 ) -> list[str]:
+    """Parse outcome + one answer per text + lease removal in one transaction; ``after`` runs
+    last inside it. Returns the shas answered now."""
     done: list[str] = []
     # A tolerant parse returns engines.base.HitList (what it dropped); a plain list dropped nothing.
     drops = [int(getattr(hits, "dropped", 0) or 0) for hits in parsed]
     reason = next((getattr(h, "drop_reason", None) for h in parsed if getattr(h, "drop_reason", None)), None)
-    with db.session() as s, s.begin():
-        s.add(ParseOutcome(exchange_id=exchange_id, parser_version=parser_version, ok=True, error=None,
-                           dropped_items=sum(drops), drop_reason=reason))
+    fetched_at = utcnow()
+    # Core statements in one transaction (the crawl's hot path): an answer already current
+    # for this configuration × text × epoch (answered meanwhile by another worker or path)
+    # makes the insert a no-op instead of an error, so fetch-once keeps the first answer
+    # without a savepoint per text.
+    answer = _ANSWER["postgresql" if db.dialect == "postgresql" else "sqlite"]
+    hit_rows: list[dict[str, Any]] = []
+    with db.engine.begin() as conn:
+        conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=parser_version, ok=True,
+                                  error=None, dropped_items=sum(drops), drop_reason=reason))
         for (sha, text), hits, dropped in zip(items, parsed, drops):
-            try:
-                with s.begin_nested():
-                    add_answer(
-                        s,
-                        config_id=config_id,
-                        query_text=text,
-                        query_sha256=sha,
-                        hits=[HitRow(rank=h.rank, name=h.name, raw=h.raw) for h in hits],
-                        epoch=epoch,
-                        exchange_id=exchange_id,
-                        parser_version=parser_version,
-                        latency_ms=latency_ms,
-                        dropped_items=dropped,
-                    )
-            except IntegrityError:
+            answer_id = conn.execute(answer, dict(
+                config_id=config_id, query_text=text, query_sha256=sha, epoch=epoch, exchange_id=exchange_id,
+                parser_version=parser_version, fetched_at=fetched_at, n_returned=len(hits),
+                latency_ms=latency_ms, meta=None, superseded=False, dropped_items=dropped,
+            )).scalar()
+            if answer_id is None:
                 continue  # answered meanwhile (another path); fetch-once keeps the first
-            done.append(sha)
-        if items:
-            s.execute(
-                sa.delete(WorkLease).where(
-                    WorkLease.config_id == config_id,
-                    WorkLease.epoch == epoch,
-                    WorkLease.query_sha256.in_([sha for sha, _ in items]),
-                )
+            hit_rows.extend(
+                {"answer_id": answer_id, "rank": h.rank, "name": h.name, "normalized_name": normalize_name(h.name),
+                 "raw": h.raw, "resolved_corpus_id": None, "declaration_id": None, "resolution": None}
+                for h in hits
             )
+            done.append(sha)
+        if hit_rows:
+            conn.execute(_HIT, hit_rows)
+        if items:
+            conn.execute(_LEASES_DONE, {"c": config_id, "e": epoch, "shas": [sha for sha, _ in items]})
+        if after is not None:
+            after(conn)
     return done
-

@@ -109,6 +109,22 @@ def earliest_send(
     return t
 
 
+def earliest_send_span(
+    count: int, oldest: float | None, newest: float | None, paused_until: float | None, rate: Rate,
+    margin: float, credit: tuple[float, float] | None = None,
+) -> float:
+    """:func:`earliest_send` from the last n sends reduced to (how many, oldest, newest)."""
+    t = paused_until or 0.0
+    if count and newest is not None:
+        base = newest
+        if credit is not None and credit[0] == base:
+            base -= credit[1]
+        t = max(t, base + rate.period / rate.n)
+        if count >= rate.n and oldest is not None:
+            t = max(t, oldest + rate.period + margin)
+    return t
+
+
 class Ledger(Protocol):
     """Where send times and pauses are kept. ``reserve`` records a send now, if allowed."""
 
@@ -206,13 +222,30 @@ class DbLedger:
     window allows it. No sleeping happens inside the transaction.
     """
 
-    def __init__(self, db) -> None:  # noqa: ANN001 - store.db.Database
+    # Pacer.acquire runs reserve in a thread: a transaction on the event-loop thread holds
+    # up every other request in flight.
+    blocking = True
+
+    def __init__(self, db, *, exclusive: bool = False) -> None:  # noqa: ANN001 - store.db.Database
         from store.models import HostState, SendLog
 
         self.db = db
         self._hs = HostState.__table__
         self._sl = SendLog.__table__
         self._known: set[str] = set()
+        # exclusive: this process is the only writer of send_log / host_state (a SQLite file
+        # under the crawl lock). Then the window and the pause are kept in memory after one
+        # read per host, and reserve only appends the send: nobody else can change them.
+        # Every send is still written (pending) before it leaves, so a restart reloads them.
+        self.exclusive = exclusive
+        self._cache: dict[str, list[list]] = {}  # host → newest sends [[sent_at, pending], ...]
+        self._paused: dict[str, float | None] = {}
+        self._outage: dict[str, bool] = {}  # host → an outage is recorded in host_state
+        self._loaded: dict[str, int] = {}  # host → how many sends the cache was loaded with
+        self._send_insert = sa.insert(self._sl)
+        self._send_correct = sa.update(self._sl).where(self._sl.c.host == sa.bindparam("h"),
+                                                       self._sl.c.sent_at == sa.bindparam("r"))
+        self._deferred: deque = deque()  # (host, recorded, actual) corrections not yet written
 
     def _ensure_host(self, conn: sa.Connection, host: str) -> None:
         if host in self._known:
@@ -230,10 +263,49 @@ class DbLedger:
             )
         self._known.add(host)
 
+    def _load(self, host: str, n: int) -> list[list]:
+        """The exclusive cache of a host: its newest ``n`` sends and its pause, read once."""
+        log = self._cache.get(host)
+        if log is None or self._loaded.get(host, 0) < n:
+            hs = self._hs
+            with self.db.engine.connect() as conn:
+                rows = conn.execute(
+                    sa.select(self._sl.c.sent_at, self._sl.c.pending).where(self._sl.c.host == host)
+                    .order_by(self._sl.c.sent_at.desc()).limit(n)
+                ).all()
+                state = conn.execute(sa.select(hs.c.paused_until, hs.c.outage_since, hs.c.outage_count)
+                                     .where(hs.c.host == host)).first()
+            log = sorted(([t, bool(p)] for t, p in rows), key=lambda r: r[0])
+            self._cache[host] = log
+            self._loaded[host] = n
+            self._paused[host] = state[0] if state else None
+            self._outage[host] = bool(state and (state[1] is not None or (state[2] or 0) > 0))
+        return log
+
+    def _reserve_exclusive(
+        self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
+        credit: tuple[float, float] | None,
+    ) -> tuple[bool, float]:
+        log = self._load(host, rate.n)
+        current = now()
+        recent = [max(t, current) if p and current - t < PENDING_MAX else t for t, p in log[-rate.n:]]
+        t = earliest_send(recent, self._paused.get(host), rate, margin, credit)
+        if t > current:
+            return False, t
+        with self.db.engine.begin() as conn:
+            self._ensure_host(conn, host)
+            conn.execute(self._send_insert, {"host": host, "sent_at": current, "worker": worker, "pending": True})
+        log.append([current, True])
+        log.sort(key=lambda r: r[0])
+        del log[:-max(rate.n, 1)]
+        return True, current
+
     def reserve(
         self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
         credit: tuple[float, float] | None = None,
     ) -> tuple[bool, float]:
+        if self.exclusive:
+            return self._reserve_exclusive(host, now, rate, margin, worker, credit)
         with self.db.engine.connect() as conn:
             self._ensure_host(conn, host)
             conn.commit()
@@ -241,18 +313,23 @@ class DbLedger:
                 paused = conn.execute(
                     sa.select(self._hs.c.paused_until).where(self._hs.c.host == host).with_for_update()
                 ).scalar()
-                rows = conn.execute(
-                    sa.select(self._sl.c.sent_at, self._sl.c.pending)
-                    .where(self._sl.c.host == host)
-                    .order_by(self._sl.c.sent_at.desc())
-                    .limit(rate.n)
-                ).all()
                 current = now()
                 # A granted send that has not left yet may leave any moment: count it as
                 # leaving now, so the window never starts before its real departure however
                 # late its sender runs (a busy machine). A dead sender's mark lapses.
-                recent = [max(t, current) if p and current - t < PENDING_MAX else t for t, p in rows]
-                t = earliest_send(recent, paused, rate, margin, credit)
+                # Only the oldest and newest of the last n (so adjusted) matter: the database
+                # reduces them, instead of sending n rows per request (n = 1000 at 1000/s).
+                last = (sa.select(self._sl.c.sent_at, self._sl.c.pending).where(self._sl.c.host == host)
+                        .order_by(self._sl.c.sent_at.desc()).limit(rate.n).subquery())
+                adjusted = sa.case(
+                    (sa.and_(last.c.pending, last.c.sent_at > current - PENDING_MAX, last.c.sent_at < current),
+                     sa.literal(current, sa.Float)),
+                    else_=last.c.sent_at,
+                )
+                count, lo, hi = conn.execute(
+                    sa.select(sa.func.count(), sa.func.min(adjusted), sa.func.max(adjusted)).select_from(last)
+                ).one()
+                t = earliest_send_span(count, lo, hi, paused, rate, margin, credit)
                 if t > current:
                     return False, t
                 conn.execute(sa.insert(self._sl).values(host=host, sent_at=current, worker=worker, pending=True))
@@ -272,15 +349,39 @@ class DbLedger:
                     conn.execute(
                         sa.update(self._hs).where(self._hs.c.host == host).values(paused_until=until, updated_at=utcnow())
                     )
+                    cur = until
+        if host in self._paused:
+            self._paused[host] = cur
 
     def correct(self, host: str, recorded: float, actual: float) -> None:
         with self.db.engine.begin() as conn:
-            conn.execute(
-                sa.update(self._sl).where(self._sl.c.host == host, self._sl.c.sent_at == recorded)
-                .values(sent_at=actual, pending=False)
-            )
+            conn.execute(self._send_correct, {"h": host, "r": recorded, "sent_at": actual, "pending": False})
+        self._correct_cache(host, recorded, actual)
+
+    def _correct_cache(self, host: str, recorded: float, actual: float) -> None:
+        for row in self._cache.get(host, ()):
+            if row[0] == recorded:
+                row[0], row[1] = actual, False
+                self._cache[host].sort(key=lambda r: r[0])
+                break
+
+    def correct_later(self, host: str, recorded: float, actual: float) -> None:
+        """Exclusive ledgers: correct the window now, the send_log row in the next archive."""
+        self._correct_cache(host, recorded, actual)
+        self._deferred.append((host, recorded, actual))
+
+    def flush_corrections(self, conn: sa.Connection) -> None:
+        """Write the deferred corrections inside the caller's transaction."""
+        while True:
+            try:
+                host, recorded, actual = self._deferred.popleft()
+            except IndexError:
+                return
+            conn.execute(self._send_correct, {"h": host, "r": recorded, "sent_at": actual, "pending": False})
 
     def paused_until(self, host: str) -> float | None:
+        if self.exclusive and host in self._paused:
+            return self._paused[host]
         with self.db.engine.connect() as conn:
             return conn.execute(sa.select(self._hs.c.paused_until).where(self._hs.c.host == host)).scalar()
 
@@ -303,18 +404,32 @@ class DbLedger:
                 conn.execute(sa.update(hs).where(hs.c.host == host).values(
                     paused_until=until, outage_since=since, outage_reason=reason[:1000], outage_count=count,
                     updated_at=utcnow()))
+        if host in self._paused:
+            self._paused[host], self._outage[host] = until, True
         return until, since, count
 
+    def outage_recorded(self, host: str) -> bool:
+        """Whether host_state may hold an outage of ``host`` (always, unless exclusive and known)."""
+        return not (self.exclusive and self._outage.get(host) is False)
+
     def clear_outage(self, host: str) -> None:
+        if self.exclusive and self._outage.get(host) is False:
+            return  # nothing recorded, and only this process writes host_state
+        with self.db.engine.begin() as conn:
+            self.clear_outage_in(conn, host)
+
+    def clear_outage_in(self, conn: sa.Connection, host: str) -> None:
+        """``clear_outage`` inside the caller's transaction (the answer's: one commit fewer)."""
         from store.types import utcnow
 
         hs = self._hs
-        with self.db.engine.begin() as conn:
-            conn.execute(
-                sa.update(hs)
-                .where(hs.c.host == host, sa.or_(hs.c.outage_since.is_not(None), hs.c.outage_count > 0))
-                .values(outage_since=None, outage_reason=None, outage_count=0, updated_at=utcnow())
-            )
+        conn.execute(
+            sa.update(hs)
+            .where(hs.c.host == host, sa.or_(hs.c.outage_since.is_not(None), hs.c.outage_count > 0))
+            .values(outage_since=None, outage_reason=None, outage_count=0, updated_at=utcnow())
+        )
+        if host in self._outage:
+            self._outage[host] = False
 
     def history(self, host: str, since: float) -> list[float]:
         with self.db.engine.connect() as conn:
@@ -395,8 +510,11 @@ class Pacer:
         async with self._lock:
             planned: float | None = None
             while True:
-                ok, t = self.ledger.reserve(self.host, self.clock.now, self.rate, self.margin, self.worker,
-                                            self._credit())
+                args = (self.host, self.clock.now, self.rate, self.margin, self.worker, self._credit())
+                if getattr(self.ledger, "blocking", False):
+                    ok, t = await asyncio.to_thread(self.ledger.reserve, *args)
+                else:
+                    ok, t = self.ledger.reserve(*args)
                 if ok:
                     self.stats.sends += 1
                     self._last = (t, t if planned is None else planned)
@@ -418,7 +536,14 @@ class Pacer:
         sent, planned = self._last
         return sent, min(max(0.0, sent - planned), self.interval / 2)
 
-    def correct(self, recorded: float, actual: float, threshold: float = 0.001) -> None:
+    @property
+    def defers_corrections(self) -> bool:
+        """True when nobody else reads this ledger (SQLite under the crawl lock): a departure
+        is corrected in memory at once and in the database with the exchange's archive
+        transaction (the pending row, if that never happens, counts conservatively)."""
+        return bool(getattr(self.ledger, "exclusive", False)) and hasattr(self.ledger, "correct_later")
+
+    def correct(self, recorded: float, actual: float, threshold: float = 0.001, *, defer: bool = False) -> None:
         """The request granted at ``recorded`` left at ``actual``: keep the log exact.
 
         Between the grant and the bytes leaving there can be milliseconds (a commit, the
@@ -428,7 +553,11 @@ class Pacer:
         self.stats.send_delays.append(actual - recorded)
         if actual - recorded <= threshold:
             actual = recorded  # not worth moving; the call still clears the pending mark
-        self.ledger.correct(self.host, recorded, actual)
+        later = getattr(self.ledger, "correct_later", None) if defer else None
+        if later is not None:
+            later(self.host, recorded, actual)
+        else:
+            self.ledger.correct(self.host, recorded, actual)
         if self._last is not None and self._last[0] == recorded:
             self._last = (actual, self._last[1])
 
@@ -442,6 +571,11 @@ class Pacer:
 
     def clear_outage(self) -> None:
         self.ledger.clear_outage(self.host)
+
+    def outage_may_be_recorded(self) -> bool:
+        """False only when the ledger knows no outage is recorded (then clearing is a no-op)."""
+        known = getattr(self.ledger, "outage_recorded", None)
+        return True if known is None else known(self.host)
 
 
 def max_in_window(times: list[float], period: float) -> int:

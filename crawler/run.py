@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import math
 import os
 import socket
 import sys
@@ -74,6 +75,9 @@ class CrawlOptions:
     margin: float | None = None  # pacing safety margin (None: crawler.pacing.default_margin)
     sample: int | None = None  # crawl the first N of the seeded, style-stratified order only
     seed: int = 0
+    # requests in flight per engine (None: grown from 1 by the observed exchange time vs the
+    # pacing interval, up to AUTO_CONCURRENCY_MAX); the pacer bounds the rate either way
+    concurrency: int | None = None
     # engine → identity that replaces the base URL in the configuration (``engines demo``'s
     # stand-ins: the same configuration whatever port they get, labelled "ENGINE (stand-in)")
     stand_ins: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -523,6 +527,25 @@ async def _watch_pauses(engines: list[tuple[_Engine, Fetcher]], opts: CrawlOptio
         await asyncio.sleep(every)
 
 
+# Requests in flight per engine when --concurrency is not given: grown from 1 while the
+# observed time per exchange is longer than the pacing interval (a limit above 1/latency).
+AUTO_CONCURRENCY_MAX = 8
+# Texts claimed per lease transaction, at most: one claim serves several requests.
+CLAIM_CHUNK = 64
+
+
+@dataclass
+class _Loop:
+    """What the request loops of one engine share."""
+
+    taken: int = 0  # texts handed to a request in this run (skipped ones given back)
+    counted_at: float = 0.0
+    reseeded: bool = False
+    buffer: list[tuple[str, str]] = field(default_factory=list)  # claimed, not yet sent
+    cycle: float | None = None  # smoothed seconds per exchange of one loop
+    in_flight: int = 0  # loops inside a fetch
+
+
 async def _crawl_engine(
     db, eng: _Engine, fetcher: Fetcher, opts: CrawlOptions, reporter: Reporter, stop_at: float | None,
     pauses: dict[str, float | None] | None = None,
@@ -530,32 +553,67 @@ async def _crawl_engine(
     res = eng.result
     batch = eng.adapter.batch_size
     interval = fetcher.pacer.interval
-    counted_at = time.monotonic()
-    reseeded = False
-    try:
+    st = _Loop(counted_at=time.monotonic())
+    fixed = getattr(opts, "concurrency", None)
+    claim_lock = asyncio.Lock()
+    tasks: set[asyncio.Task] = set()
+
+    async def take(k: int) -> list[tuple[str, str]]:
+        """Up to k claimed texts; one lease transaction claims for several requests."""
+        async with claim_lock:
+            if not st.buffer:
+                loops = max(1, len(tasks))
+                # Several workers share the queue on PostgreSQL: claim a little ahead only,
+                # so the last texts are spread over the workers instead of queued behind one.
+                ahead = 2 * loops if not eng.queue.exclusive else CLAIM_CHUNK
+                want = min(CLAIM_CHUNK, max(k, k * ahead))
+                if opts.limit is not None:
+                    want = min(want, opts.limit - st.taken)
+                if want > 0:
+                    st.buffer = await asyncio.to_thread(eng.queue.claim, want)
+            items, st.buffer = st.buffer[:k], st.buffer[k:]
+            st.taken += len(items)
+            return items
+
+    def spawn() -> None:
+        task = asyncio.create_task(loop())
+        tasks.add(task)
+
+    async def loop() -> None:
         while True:
-            if opts.limit is not None and res.sent_texts >= opts.limit:
+            if opts.limit is not None and st.taken >= opts.limit:
                 res.stopped = "limit"
-                break
+                return
             if stop_at is not None and time.time() >= stop_at:
                 res.stopped = "deadline"
-                break
-            k = batch if opts.limit is None else min(batch, opts.limit - res.sent_texts)
-            items = await asyncio.to_thread(eng.queue.claim, k)
+                return
+            k = batch if opts.limit is None else min(batch, opts.limit - st.taken)
+            t0 = time.monotonic()
+            items = await take(k)
             if not items:
                 if await asyncio.to_thread(eng.queue.others_holding):
                     # Other workers hold the rest: wait for them, and take over any lease
                     # that expires (a dead worker) instead of exiting with work remaining.
                     await asyncio.sleep(min(5.0, max(0.2, interval)))
                     continue
-                if not reseeded:
+                if st.in_flight:
+                    # Another request of this engine is still out: it goes round again when
+                    # done. A re-seed now could race its answer (re-creating the lease row of
+                    # a text answered between seed's two reads), so the last loop does it.
+                    return
+                if not st.reseeded:
                     # Workers that stopped early deleted their claims; bring back what is due.
-                    reseeded = True
+                    st.reseeded = True
                     await asyncio.to_thread(eng.queue.seed)
                     continue
-                break
+                return
             # Leases are renewed by the fetcher after every pacer grant (WorkQueue.keep_due).
-            outcome = await fetcher.fetch(items)
+            st.in_flight += 1
+            try:
+                outcome = await fetcher.fetch(items)
+            finally:
+                st.in_flight -= 1
+            st.taken -= len(outcome.skipped)
             sent = [sha for sha, _ in items if sha not in outcome.skipped]
             res.sent_texts += len(sent)
             if outcome.answered:
@@ -570,14 +628,40 @@ async def _crawl_engine(
                              f"{outcome.attempts} attempts ({outcome.exhausted}); they stay due")
             # Counts from the database every few seconds only: counting is O(texts) and
             # would block the event loop (and so delay the other engines' send slots).
-            if time.monotonic() - counted_at > 5.0:
-                res.counts, counted_at = await asyncio.to_thread(eng.queue.counts), time.monotonic()
+            if time.monotonic() - st.counted_at > 5.0:
+                st.counted_at = time.monotonic()
+                res.counts = await asyncio.to_thread(eng.queue.counts)
             else:
                 c = res.counts
                 n_failed = len(sent) if outcome.failed else 0
                 res.counts = Counts(c.total, c.answered + len(outcome.answered), c.failed + n_failed)
             reporter.update(eng.name, res.counts, interval, batch, todo=_todo(eng, opts),
                             paused_until=(pauses or {}).get(eng.adapter.host))
+            if fixed is None and outcome.answered:
+                # Auto concurrency: as many requests in flight as the pacing interval fits into
+                # one exchange's time, so a limit above 1/latency is reached; a courtesy limit
+                # (interval much longer than an exchange) keeps one.
+                cycle = time.monotonic() - t0
+                st.cycle = cycle if st.cycle is None else 0.8 * st.cycle + 0.2 * cycle
+                want = min(AUTO_CONCURRENCY_MAX, max(1, math.ceil(st.cycle / interval)))
+                if len(tasks) < want:
+                    spawn()
+
+    try:
+        for _ in range(fixed or 1):
+            spawn()
+        while tasks:
+            done, _ = await asyncio.wait(set(tasks), return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                tasks.discard(task)
+                exc = task.exception()
+                if exc is not None:
+                    # One loop's stop (breaker, deadline) stops this engine's other requests.
+                    for other in tasks:
+                        other.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                    tasks.clear()
+                    raise exc
     except EngineBroken as exc:
         res.stopped = f"broken: {exc}"
         reporter.log(f"error: {exc}; other engines continue")
@@ -588,6 +672,8 @@ async def _crawl_engine(
             res.stopped, res.stop_line = line  # printed once, in the summary
             reporter.log(f"{eng.name}: stopped for this run ({res.stopped}); other engines continue")
     finally:
+        for task in tasks:
+            task.cancel()
         eng.finished = True
         res.attempts = fetcher.attempts
         res.exchanges = fetcher.exchanges
@@ -649,11 +735,16 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
             s.add(crawl)
             s.flush()
             crawl_id = crawl.id
-        ledger = DbLedger(db)
+        # Under the SQLite crawl lock this process is the only crawler of the file: the pacing
+        # window and the leases need no re-reading from the database before each send.
+        ledger = DbLedger(db, exclusive=lock is not None)
+        for eng in engines:
+            eng.queue.exclusive = lock is not None
         clock = SystemClock()
         pacers: dict[str, Pacer] = {}
         fetchers: list[tuple[_Engine, Fetcher]] = []
-        limits = httpx.Limits(max_connections=16, max_keepalive_connections=8)
+        conns = max(16, len(engines) * (opts.concurrency or AUTO_CONCURRENCY_MAX))
+        limits = httpx.Limits(max_connections=conns, max_keepalive_connections=conns)
         async with httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False) as client:
             for eng in engines:
                 eng.queue.seed(retry_failed=opts.retry_failed)

@@ -77,6 +77,10 @@ def crawl_cmd(
     breaker: int = typer.Option(10, "--breaker", min=1, help="Stop an engine after this many consecutive failed attempts."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.1, help="Seconds per request (default: the engine's)."),
     lease_ttl: float = typer.Option(900.0, "--lease-ttl", min=1.0, help="Seconds a worker's claim on a query lasts (PostgreSQL workers)."),
+    concurrency: Optional[int] = typer.Option(
+        None, "--concurrency", min=1, max=64,
+        help="Requests in flight per engine (default: grown from 1 while an exchange takes longer than the "
+             "pacing interval, up to 8; the rate limit holds either way)."),
     margin: Optional[float] = typer.Option(
         None, "--margin", min=0.0, help="Pacing safety margin in seconds added to the window (default 1% of T + 5 ms, 100 ms..1 s)."),
     max_pause: str = typer.Option(
@@ -115,6 +119,7 @@ def crawl_cmd(
         deadline=parse_duration(deadline) if deadline else None, refresh=refresh, all_styles=all_styles,
         retry_failed=retry_failed, lease_ttl=lease_ttl, timeout=timeout, margin=margin, sample=sample, seed=seed,
         epoch_label=epoch_label, refresh_if_older=parse_duration(refresh_if_older) if refresh_if_older else None,
+        concurrency=concurrency,
         policy=RetryPolicy(max_attempts=max_attempts, backoff_initial=backoff, breaker_threshold=breaker,
                            retry_after_cap=parse_duration(max_pause)),
     )

@@ -1,0 +1,32 @@
+"""perf/crawl_overhead.py runs at a small size so it cannot rot (numbers are not asserted:
+a loaded CI machine says nothing about speed; the report's shape and its checks are)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PG_BASE_URL
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.postgres
+def test_crawl_overhead_small() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ENGINES_PERF_PG_URL": PG_BASE_URL}
+    proc = subprocess.run([sys.executable, str(ROOT / "perf" / "crawl_overhead.py"), "--queries", "24",
+                           "--concurrency", "2", "--rate", "200"],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "24 MathlibQR texts, concurrency 2" in out, out
+    for label in ("bare httpx loop + JSON", "engines crawl, SQLite", "engines crawl, PostgreSQL, 1 worker",
+                  "engines crawl, PostgreSQL, 2 workers"):
+        assert re.search(re.escape(label) + r"\s+[0-9.]+\s+[0-9.]+x\s+[0-9.]+ ms", out), (label, out)
+    assert re.search(r"2 PostgreSQL workers ÷ 1: [0-9.]+x", out), out
+    assert "server violations: 0 (must be 0)" in out, out
