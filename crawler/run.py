@@ -141,6 +141,9 @@ class EtaEstimator:
         self.clock = clock
         self._base: int | None = None  # texts completed when the run started
         self._samples: deque[tuple[float, int]] = deque()  # (time, texts completed)
+        # Seconds per request as the crawl measures it (a request loop's smoothed time per
+        # exchange, pacing waits included, divided by the loops running); None: unknown.
+        self.pace: float | None = None
 
     def observe(self, completed: int, now: float | None = None) -> None:
         now = self.clock() if now is None else now
@@ -174,6 +177,11 @@ class EtaEstimator:
         bound = eta(todo, interval, batch)
         if todo <= 0:
             return 0.0
+        if self.pace is not None:
+            # The crawl's own measure of seconds per request at its current concurrency:
+            # right from the first requests on, where the completion rate over a window
+            # still averages in the slower start (a concurrency that grew from 1).
+            return max(bound, -(-todo // max(1, batch)) * self.pace)
         rate = self.observed_rate(interval, now)
         return bound if rate is None else max(bound, todo / rate)
 
@@ -202,6 +210,10 @@ class Reporter:
 
     def log(self, message: str) -> None:
         print(message, file=self.stream, flush=True)
+
+    def set_pace(self, engine: str, seconds_per_request: float | None) -> None:
+        """The crawl's measured seconds per request at its current concurrency."""
+        self._estimators.setdefault(engine, EtaEstimator()).pace = seconds_per_request
 
     def eta_text(self, engine: str, counts: Counts, interval: float, batch: int, *,
                  todo: int | None = None, paused_until: float | None = None) -> str:
@@ -534,6 +546,11 @@ AUTO_CONCURRENCY_MAX = 8
 CLAIM_CHUNK = 64
 
 
+def _want(cycle: float, interval: float) -> int:
+    """Auto concurrency: as many requests in flight as pacing intervals fit in one exchange."""
+    return min(AUTO_CONCURRENCY_MAX, max(1, math.ceil(cycle / interval)))
+
+
 @dataclass
 class _Loop:
     """What the request loops of one engine share."""
@@ -635,15 +652,20 @@ async def _crawl_engine(
                 c = res.counts
                 n_failed = len(sent) if outcome.failed else 0
                 res.counts = Counts(c.total, c.answered + len(outcome.answered), c.failed + n_failed)
+            if outcome.answered:
+                cycle = time.monotonic() - t0
+                st.cycle = cycle if st.cycle is None else 0.8 * st.cycle + 0.2 * cycle
+                # In auto mode the loops are heading for ``want`` (one is added per answer):
+                # the pace it will run at within a few requests.
+                loops = len(tasks) if fixed is not None else max(len(tasks), _want(st.cycle, interval))
+                reporter.set_pace(eng.name, st.cycle / max(1, loops))
             reporter.update(eng.name, res.counts, interval, batch, todo=_todo(eng, opts),
                             paused_until=(pauses or {}).get(eng.adapter.host))
             if fixed is None and outcome.answered:
                 # Auto concurrency: as many requests in flight as the pacing interval fits into
                 # one exchange's time, so a limit above 1/latency is reached; a courtesy limit
                 # (interval much longer than an exchange) keeps one.
-                cycle = time.monotonic() - t0
-                st.cycle = cycle if st.cycle is None else 0.8 * st.cycle + 0.2 * cycle
-                want = min(AUTO_CONCURRENCY_MAX, max(1, math.ceil(st.cycle / interval)))
+                want = _want(st.cycle, interval)
                 if len(tasks) < want:
                     spawn()
 
