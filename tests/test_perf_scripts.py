@@ -47,14 +47,6 @@ def test_corpus_load_small() -> None:
     assert len(ratios(out, "load / parse time:")) == 2, out
 
 
-@pytest.mark.postgres
-def test_crawl_throughput_small() -> None:
-    out = run_script("crawl_throughput.py", "--queries", "15", "--rate", "200")
-    for label in ("bare httpx loop + JSON", "engines crawl, SQLite", "engines crawl, PostgreSQL"):
-        assert re.search(re.escape(label) + r"\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+ ms", out), out
-    assert "server violations: 0" in out
-
-
 def test_score_scale_small() -> None:
     out = run_script("score_scale.py", "--queries", "60", "--systems", "2", "--hits", "20", "--skip-ranx")
     assert "small: 2 systems × 6 queries × 20 hits = 240 hit rows" in out

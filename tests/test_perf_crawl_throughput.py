@@ -1,4 +1,4 @@
-"""perf/crawl_overhead.py runs at a small size so it cannot rot (numbers are not asserted:
+"""perf/crawl_throughput.py runs at a small size so it cannot rot (numbers are not asserted:
 a loaded CI machine says nothing about speed; the report's shape and its checks are)."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.postgres
-def test_crawl_overhead_small() -> None:
+def test_crawl_throughput_small() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ENGINES_PERF_PG_URL": PG_BASE_URL}
-    proc = subprocess.run([sys.executable, str(ROOT / "perf" / "crawl_overhead.py"), "--queries", "24",
+    proc = subprocess.run([sys.executable, str(ROOT / "perf" / "crawl_throughput.py"), "--queries", "24",
                            "--concurrency", "2", "--rate", "200"],
                           capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
