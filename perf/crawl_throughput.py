@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
 import io
 import itertools
@@ -30,9 +29,7 @@ import multiprocessing as mp
 import os
 import pstats
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +40,7 @@ import httpx  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
 from benchmarks import SLICE_CORPUS, shipped_path  # noqa: E402
+from _scratch import DEFAULT_PG, scratch_url as scratch  # noqa: E402
 from crawl_pacing import _Quiet, _Server  # noqa: E402
 from crawler.plan import benchmark_texts  # noqa: E402
 from crawler.run import CrawlOptions, run_crawl  # noqa: E402
@@ -50,28 +48,6 @@ from engines.base import Rate  # noqa: E402
 from engines.registry import get_adapter  # noqa: E402
 from store.benchmarks import find_benchmark, load_benchmark_file  # noqa: E402
 from store.db import open_database  # noqa: E402
-
-DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-@contextlib.contextmanager
-def scratch(backend: str, pg_base: str):
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory() as tmp:
-            yield f"sqlite:///{Path(tmp) / 'perf.db'}"
-        return
-    schema = f"perf_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(pg_base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    sep = "&" if "?" in pg_base else "?"
-    try:
-        yield f"{pg_base}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-        admin.dispose()
-
 
 def texts(n: int) -> list[str]:
     with scratch("sqlite", "") as url:
