@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from store.models import Answer, EngineConfig, Hit
+from store.models import Answer, EngineConfig
 from store.names import normalize_name
 from store.types import utcnow
 

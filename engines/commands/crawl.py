@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from engines.commands.common import get_db, info, out_console
-from store.errors import InputError, UserError
+from store.errors import InputError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)?")
 _DUR_UNIT = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, None: 1.0}
