@@ -137,7 +137,7 @@ def test_eta_within_25_percent_at_10_and_50_percent(case: str, sqlite_url: str, 
         # loaded 2-core machine, so the limit really binds.
         rate, margin, faults = Rate(1, 0.11), 0.01, FaultConfig()
     else:
-        rate, margin, faults = Rate(50, 0.05), 0.0, FaultConfig(latency=0.05)  # 1000/s allowed, 50 ms a request
+        rate, margin, faults = Rate(50, 0.05), 0.0, FaultConfig(latency=0.2)  # 1000/s allowed, 200 ms a request
     with StandIn("leanexplore", rows, rate=rate, faults=faults).in_thread() as srv:
         rep, end = _crawl_recording(sqlite_url, srv, rate, margin)
     interval = (rate.period + margin) / rate.n
