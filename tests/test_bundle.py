@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,7 +162,12 @@ def test_export_selection_and_cli(two_epochs, tmp_path: Path) -> None:  # noqa: 
             n1 = s.scalar(sa.select(sa.func.count()).select_from(Exchange).where(Exchange.epoch == 1))
     finally:
         db.dispose()
-    assert f"wrote {out}: {n1} exchanges" in res.output
+    assert f"wrote {out}: {n1} exchanges" in res.output and re.search(r"\([0-9,]+ exchanges/s\)", res.output)
+    # Import into an empty database: the summary reports its throughput (issue 13).
+    res = runner.invoke(app, ["--db", f"sqlite:///{tmp_path / 'dst.db'}", "import", str(out)])
+    assert res.exit_code == 0, res.output
+    assert f"imported {out}: {n1:,} new exchanges" in res.output
+    assert re.search(r"[0-9,]+ exchanges/s verified and stored, [0-9,]+ answers/s parsed", res.output), res.output
     res = runner.invoke(app, ["--db", url, "export", "--out", str(tmp_path / "x.zip")])
     assert res.exit_code == 1 and "error: --out" in res.output
     res = runner.invoke(app, ["--db", url, "export", "--out", str(out), "--engine", "loogle"])

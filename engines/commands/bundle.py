@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import List
 
@@ -23,10 +24,13 @@ def export_cmd(
     if not (out.name.endswith(".warc.gz") or out.name.endswith(".warc")):
         raise InputError(f"--out {out}: name the bundle *.warc.gz (or *.warc for an uncompressed one)")
     db = get_db(ctx)
+    t0 = time.perf_counter()
     with progress_counter("exported exchanges") as update:
         summary = export_bundle(db, out, engines=engine or None, epochs=epoch or None, progress=update)
+    rate = summary.exchanges / max(time.perf_counter() - t0, 1e-9)
     info(f"wrote {summary.path}: {summary.exchanges:,} exchanges of {summary.configs} configuration(s), "
-         f"{summary.records:,} records ({summary.transport_errors:,} transport errors), {summary.bytes:,} bytes")
+         f"{summary.records:,} records ({summary.transport_errors:,} transport errors), {summary.bytes:,} bytes "
+         f"({rate:,.0f} exchanges/s)")
 
 
 def import_cmd(
@@ -42,7 +46,13 @@ def import_cmd(
     info(f"imported {bundle}: {s.added:,} new exchanges ({s.duplicates:,} already present), "
          f"{s.answers:,} answers parsed, {s.parse_failures:,} parse failures"
          + (f", {s.foreign:,} exchanges from another tool" if s.foreign else "")
-         + (f", {s.unpaired:,} records ignored (not an engine exchange)" if s.unpaired else ""))
+         + (f", {s.unpaired:,} records ignored (not an engine exchange)" if s.unpaired else "")
+         + f"; {_per_second(s.exchanges_read, s.seconds_archive)} exchanges/s verified and stored, "
+           f"{_per_second(s.answers, s.seconds_parse)} answers/s parsed")
+
+
+def _per_second(n: int, seconds: float) -> str:
+    return f"{n / seconds:,.0f}" if seconds > 0 else "-"
 
 
 def register(app: typer.Typer) -> None:
