@@ -19,26 +19,18 @@ import pytest
 
 from benchmarks import SLICE_CORPUS, SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION, shipped_path
 from crawler.fetch import RetryPolicy
-from crawler.run import CrawlOptions, Reporter, run_crawl
+from crawler.run import CrawlOptions, run_crawl
 from engines.base import Rate
 from engines.emulate import FaultConfig, StandIn
 from store.benchmarks import load_benchmark_file
 from store.corpus import load_corpus
 from store.db import open_database
+from tests.test_crawl import Quiet
 
 SECRET = "S3CRETPASS"
 SECRET_FORMS = (SECRET.encode(), base64.b64encode(f"user:{SECRET}".encode()))
 RATE = Rate(10, 0.5)
 N_MPR = 69
-
-
-class _Quiet(Reporter):
-    def __init__(self) -> None:
-        super().__init__(every=1e9)
-        self.lines: list[str] = []
-
-    def log(self, message: str) -> None:
-        self.lines.append(message)
 
 
 @dataclass
@@ -90,7 +82,7 @@ def two_epochs(tmp_path_factory: pytest.TempPathFactory) -> TwoEpochs:
                 opts = CrawlOptions(engines=["leansearch"], bench="mathlibmpr", rates={"*": RATE},
                                     urls={"leansearch": out.base_url}, policy=policy, margin=0.15,
                                     refresh=refresh, epoch_label=label)
-                rep = _Quiet()
+                rep = Quiet()
                 summary = run_crawl(db, opts, rep)
                 assert summary.exit_code == 0, rep.lines
         with db.engine.connect() as conn:

@@ -26,7 +26,7 @@ import pytest
 import sqlalchemy as sa
 
 from crawler.fetch import RetryPolicy
-from crawler.run import CrawlOptions, Reporter, run_crawl
+from crawler.run import CrawlOptions, run_crawl
 from engines import base, leanexplore, leanfinder, leansearch, leanstatesearch, loogle
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, HitList, Rate, config_hash
 from engines.emulate import StandIn
@@ -34,6 +34,7 @@ from engines.registry import ENGINES, get_adapter
 from store.benchmarks import load_benchmark_file
 from store.db import open_database
 from store.models import Answer, EngineConfig, Hit, ParseOutcome, WorkLease
+from tests.test_crawl import Quiet
 from tests.test_scoring_support import cache, cache_url, prepared_cache  # noqa: F401  (fixtures)
 
 REAL = Path(__file__).resolve().parent / "data" / "real-responses"
@@ -400,15 +401,6 @@ def test_canned_mapping_form_and_fallback_to_the_corpus():
 
 
 # ----------------------------------------------- each body through the crawler
-
-
-class Quiet(Reporter):
-    def __init__(self) -> None:
-        super().__init__(every=1e9)
-        self.lines: list[str] = []
-
-    def log(self, message: str) -> None:
-        self.lines.append(message)
 
 
 # One text with a null item in the middle, to see the dropped rank stay empty in the database.
