@@ -7,8 +7,10 @@ send); the slot is granted right before sending; when the request headers start 
 moment (before the response, so other workers' windows see it); the exchange
 (request as sent with secrets redacted by :func:`engines.base.redact_headers` /
 :func:`engines.base.redact_url`, status, headers, raw body or the transport error) is
-committed before anything else looks at it; only then is the body parsed, and every
-parse writes a ``parse_outcomes`` row. Parse errors never create an answer.
+committed with its parse outcome (a ``parse_outcomes`` row for every parse) and its
+answers in one transaction of the crawl's writer (:mod:`crawler.writer`, group commit):
+no answer exists without its archived body, and a parser that crashes still leaves the
+exchange archived. Parse errors never create an answer.
 
 Classification:
 
@@ -25,6 +27,7 @@ Classification:
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import email.utils
 import hashlib
 import random
@@ -37,6 +40,7 @@ import sqlalchemy as sa
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
 from crawler.pacing import Pacer
+from crawler.writer import DirectWriter, Writer
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, redact_headers, redact_url
 from store.models import Answer, Exchange, Hit, ParseOutcome, WorkLease
 from store.names import normalize_name
@@ -174,8 +178,12 @@ class Fetcher:
         on_event: Callable[[str], None] | None = None,
         seed: int | None = None,
         before_send: Callable[[list[str]], list[str]] | None = None,
+        writer: Writer | DirectWriter | None = None,
     ) -> None:
         self.db = db
+        # Every write of an attempt goes through the writer: the crawl run's one writer
+        # thread (group commit), or a transaction per write when built without one.
+        self.writer = writer if writer is not None else DirectWriter(db)
         self.adapter = adapter
         self.client = client
         self.pacer = pacer
@@ -283,13 +291,13 @@ class Fetcher:
             # The moment the request starts to leave (after any connect): the send time.
             # Correct the shared send log now, not after the response: other workers compute
             # their windows from it meanwhile, and a response can take seconds. A task, so the
-            # database write does not hold the request back (which would make it later still).
+            # database write (the writer's next group) does not hold the request back.
             if name.endswith("send_request_headers.started") and not left:
                 left.append(time.time())
                 if defer:
                     self.pacer.correct(granted, left[0], defer=True)  # memory only: no thread, no task
                 else:
-                    correcting.append(asyncio.create_task(asyncio.to_thread(self.pacer.correct, granted, left[0])))
+                    correcting.append(asyncio.ensure_future(self._correct(granted, left[0])))
 
         async def corrected() -> None:
             if correcting:
@@ -300,7 +308,7 @@ class Fetcher:
             else:
                 # Fallback when the event never fired (a transport without trace hooks):
                 # the request left no earlier than the call to send.
-                await asyncio.to_thread(self.pacer.correct, granted, sent_wall)
+                await self._correct(granted, sent_wall)
 
         defer = self.pacer.defers_corrections
         request.extensions["trace"] = trace
@@ -313,8 +321,8 @@ class Fetcher:
             elapsed = (time.perf_counter() - t0) * 1000
             await corrected()
             err = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-            await asyncio.to_thread(self._archive, request, body_out, texts, attempt, sent_wall, elapsed,
-                                    transport_error=err)
+            await self._store(self._exchange(request, body_out, texts, attempt, sent_wall, elapsed,
+                                             transport_error=err))
             self._failure(err)
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {err}")
             raise Retryable(err) from None
@@ -323,10 +331,8 @@ class Fetcher:
         status = response.status_code
         headers = dict(response.headers)
         body = response.content
-        # Database work runs in a thread: the event loop stays free to wake the other
-        # engines' pacers on time (a blocked loop makes every send late).
-        ex_id = await asyncio.to_thread(self._archive, request, body_out, texts, attempt, sent_wall, elapsed,
-                                        status=status, response_headers=headers, response_body=body)
+        exchange = self._exchange(request, body_out, texts, attempt, sent_wall, elapsed,
+                                  status=status, response_headers=headers, response_body=body)
 
         now = time.time()
         ra = parse_retry_after(response.headers.get("retry-after"), now) if (
@@ -334,6 +340,7 @@ class Fetcher:
         if ra is not None:
             # The server says when to come back: pause every request to this host, in every
             # worker and the next run too (host_state), however long it is (§6.3 item 7).
+            await self._store(exchange)
             pause = max(ra, self.pacer.rate.period / self.pacer.rate.n)
             await asyncio.to_thread(self.pacer.pause, now + pause)
             msg = f"HTTP {status} (Retry-After {ra:g} s)"
@@ -342,8 +349,10 @@ class Fetcher:
         outage_reason = getattr(self.adapter, "outage_reason", None)
         reason = outage_reason(status, headers, body) if outage_reason is not None else None
         if reason is not None:
+            await self._store(exchange)
             await self._outage(reason)
         if status in (408, 429) or 500 <= status < 600:
+            await self._store(exchange)
             if status == 429:
                 # Pause every request to this host, not only this task (§6.3 item 7).
                 await asyncio.to_thread(self.pacer.pause, now + self.pacer.rate.period / self.pacer.rate.n)
@@ -352,29 +361,36 @@ class Fetcher:
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {msg}")
             raise Retryable(msg)
         if not 200 <= status < 300:
+            await self._store(exchange)
             self.consecutive_failures = 0  # the engine answered; this query is refused
             outcome.failed = f"HTTP {status}: {body[:120].decode('utf-8', 'replace')}"
             self.on_event(f"{self.adapter.engine}: {outcome.failed} (not retried)")
             return
 
+        # The body is parsed in memory and committed with its exchange in one transaction:
+        # an answer never exists without its archived body, and a parser that crashes
+        # (a bug, not a bad body) still leaves the exchange archived for `engines reparse`.
         try:
             parsed = self.adapter.parse(texts, status, headers, body)
             if len(parsed) != len(texts):
                 raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
         except EngineOutage as exc:
-            await asyncio.to_thread(self._record_parse, ex_id, ok=False, error=f"outage: {exc}")
+            await self._store(exchange, parse_error=f"outage: {exc}")
             await self._outage(str(exc))
         except EngineHTTPError as exc:
-            await asyncio.to_thread(self._record_parse, ex_id, ok=False, error=str(exc))
+            await self._store(exchange, parse_error=str(exc))
             self.consecutive_failures = 0
             outcome.failed = str(exc)
             self.on_event(f"{self.adapter.engine}: {exc} (not retried)")
             return
         except EngineParseError as exc:
-            await asyncio.to_thread(self._record_parse, ex_id, ok=False, error=str(exc))
+            await self._store(exchange, parse_error=str(exc))
             self._failure(str(exc))
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {exc}")
             raise Retryable(str(exc)) from None
+        except Exception:
+            await self._store(exchange)
+            raise
         self.consecutive_failures = 0
         clear_in = getattr(self.pacer.ledger, "clear_outage_in", None)
         # A good answer: the host is up again. Cleared in the answer's transaction when the
@@ -384,7 +400,7 @@ class Fetcher:
             if clear_in is not None:
                 def after(conn: sa.Connection) -> None:
                     clear_in(conn, self.pacer.host)
-        outcome.answered = await asyncio.to_thread(self._write_answers, ex_id, items, parsed, elapsed, after)
+        outcome.answered = await self._store(exchange, answers=(items, parsed, elapsed), after=after)
         if after is None and clear_in is None:
             await asyncio.to_thread(self.pacer.clear_outage)
 
@@ -400,7 +416,7 @@ class Fetcher:
 
     # ------------------------------------------------------------------ writes
 
-    def _archive(
+    def _exchange(
         self,
         request: httpx.Request,
         body_out: bytes | None,
@@ -413,14 +429,13 @@ class Fetcher:
         response_headers: dict[str, str] | None = None,
         response_body: bytes | None = None,
         transport_error: str | None = None,
-    ) -> int:
-        import datetime as dt
-
+    ) -> dict[str, Any]:
+        """The exchange row as archived (secrets redacted)."""
         url = redact_url(str(request.url))
         fp = hashlib.sha256(
             b"\0".join([request.method.encode(), url.encode(), body_out or b""])
         ).hexdigest()
-        values = dict(
+        return dict(
             crawl_id=self.crawl_id,
             config_id=self.config_id,
             attempt=attempt,
@@ -439,30 +454,42 @@ class Fetcher:
             finished_at=utcnow(),
             elapsed_ms=round(elapsed_ms, 3),
         )
-        # A Core insert, committed on its own: the exchange is archived before anything
-        # parses it (an ORM object per exchange cost more than the HTTP call at local speeds).
-        with self.db.engine.begin() as conn:
-            flush = getattr(self.pacer.ledger, "flush_corrections", None)
-            if flush is not None:
-                flush(conn)  # this exchange's departure (and any other deferred one), same commit
-            ex_id = conn.execute(_ARCHIVE, values).scalar_one()
-        self.exchanges += 1
-        return ex_id
 
-    def _record_parse(self, exchange_id: int, *, ok: bool, error: str | None) -> None:
-        with self.db.engine.begin() as conn:
-            conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=self.adapter.parser_version,
-                                      ok=ok, error=error, dropped_items=0, drop_reason=None))
+    async def _correct(self, granted: float, actual: float) -> None:
+        """The departure of a shared-ledger send, written by the writer's next group."""
+        def op(conn: sa.Connection) -> None:
+            self.pacer.correct(granted, actual, conn=conn)
+        await self.writer.run(op)
 
-    def _write_answers(
-        self, exchange_id: int, items: list[tuple[str, str]], parsed: list[list[Any]], elapsed_ms: float | None,
+    async def _store(
+        self,
+        exchange: dict[str, Any],
+        *,
+        parse_error: str | None = None,
+        answers: tuple[list[tuple[str, str]], list[list[Any]], float | None] | None = None,
         after: Callable[[sa.Connection], None] | None = None,
     ) -> list[str]:
-        """Parse outcome + one answer per text + lease removal, in one transaction."""
-        return write_answers(
-            self.db, self.adapter.parser_version, self.config_id, self.epoch, exchange_id, items, parsed, elapsed_ms,
-            after=after,
-        )
+        """Archive the exchange (with its parse outcome and answers, if any) in one
+        transaction of the writer; return the shas answered now."""
+        flush = getattr(self.pacer.ledger, "flush_corrections", None) if self.pacer.defers_corrections else None
+        parser_version = self.adapter.parser_version
+
+        def op(conn: sa.Connection) -> list[str]:
+            if flush is not None:
+                flush(conn)  # this exchange's departure (and any other deferred one), same commit
+            ex_id = conn.execute(_ARCHIVE, exchange).scalar_one()
+            if parse_error is not None:
+                conn.execute(_PARSE, dict(exchange_id=ex_id, parser_version=parser_version, ok=False,
+                                          error=parse_error, dropped_items=0, drop_reason=None))
+            if answers is None:
+                return []
+            items, parsed, latency = answers
+            return write_answers_in(conn, parser_version, self.config_id, self.epoch, ex_id, items, parsed,
+                                    latency, after=after)
+
+        done = await self.writer.run(op)
+        self.exchanges += 1
+        return done
 
 
 def write_answers(
@@ -477,8 +504,26 @@ def write_answers(
     *,
     after: Callable[[sa.Connection], None] | None = None,
 ) -> list[str]:
-    """Parse outcome + one answer per text + lease removal in one transaction; ``after`` runs
-    last inside it. Returns the shas answered now."""
+    """:func:`write_answers_in` in a transaction of its own."""
+    with db.engine.begin() as conn:
+        return write_answers_in(conn, parser_version, config_id, epoch, exchange_id, items, parsed, latency_ms,
+                                after=after)
+
+
+def write_answers_in(
+    conn: sa.Connection,
+    parser_version: int,
+    config_id: int,
+    epoch: int,
+    exchange_id: int,
+    items: list[tuple[str, str]],
+    parsed: list[list[Any]],
+    latency_ms: float | None,
+    *,
+    after: Callable[[sa.Connection], None] | None = None,
+) -> list[str]:
+    """Parse outcome + one answer per text + lease removal in the caller's transaction;
+    ``after`` runs last inside it. Returns the shas answered now."""
     done: list[str] = []
     # A tolerant parse returns engines.base.HitList (what it dropped); a plain list dropped nothing.
     drops = [int(getattr(hits, "dropped", 0) or 0) for hits in parsed]
@@ -488,29 +533,28 @@ def write_answers(
     # for this configuration × text × epoch (answered meanwhile by another worker or path)
     # makes the insert a no-op instead of an error, so fetch-once keeps the first answer
     # without a savepoint per text.
-    answer = _ANSWER["postgresql" if db.dialect == "postgresql" else "sqlite"]
+    answer = _ANSWER["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
     hit_rows: list[dict[str, Any]] = []
-    with db.engine.begin() as conn:
-        conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=parser_version, ok=True,
-                                  error=None, dropped_items=sum(drops), drop_reason=reason))
-        for (sha, text), hits, dropped in zip(items, parsed, drops):
-            answer_id = conn.execute(answer, dict(
-                config_id=config_id, query_text=text, query_sha256=sha, epoch=epoch, exchange_id=exchange_id,
-                parser_version=parser_version, fetched_at=fetched_at, n_returned=len(hits),
-                latency_ms=latency_ms, meta=None, superseded=False, dropped_items=dropped,
-            )).scalar()
-            if answer_id is None:
-                continue  # answered meanwhile (another path); fetch-once keeps the first
-            hit_rows.extend(
-                {"answer_id": answer_id, "rank": h.rank, "name": h.name, "normalized_name": normalize_name(h.name),
-                 "raw": h.raw, "resolved_corpus_id": None, "declaration_id": None, "resolution": None}
-                for h in hits
-            )
-            done.append(sha)
-        if hit_rows:
-            conn.execute(_HIT, hit_rows)
-        if items:
-            conn.execute(_LEASES_DONE, {"c": config_id, "e": epoch, "shas": [sha for sha, _ in items]})
-        if after is not None:
-            after(conn)
+    conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=parser_version, ok=True,
+                              error=None, dropped_items=sum(drops), drop_reason=reason))
+    for (sha, text), hits, dropped in zip(items, parsed, drops):
+        answer_id = conn.execute(answer, dict(
+            config_id=config_id, query_text=text, query_sha256=sha, epoch=epoch, exchange_id=exchange_id,
+            parser_version=parser_version, fetched_at=fetched_at, n_returned=len(hits),
+            latency_ms=latency_ms, meta=None, superseded=False, dropped_items=dropped,
+        )).scalar()
+        if answer_id is None:
+            continue  # answered meanwhile (another path); fetch-once keeps the first
+        hit_rows.extend(
+            {"answer_id": answer_id, "rank": h.rank, "name": h.name, "normalized_name": normalize_name(h.name),
+             "raw": h.raw, "resolved_corpus_id": None, "declaration_id": None, "resolution": None}
+            for h in hits
+        )
+        done.append(sha)
+    if hit_rows:
+        conn.execute(_HIT, hit_rows)
+    if items:
+        conn.execute(_LEASES_DONE, {"c": config_id, "e": epoch, "shas": [sha for sha, _ in items]})
+    if after is not None:
+        after(conn)
     return done

@@ -245,7 +245,11 @@ class DbLedger:
         self._send_insert = sa.insert(self._sl)
         self._send_correct = sa.update(self._sl).where(self._sl.c.host == sa.bindparam("h"),
                                                        self._sl.c.sent_at == sa.bindparam("r"))
-        self._deferred: deque = deque()  # (host, recorded, actual) corrections not yet written
+        self._deferred: deque = deque()  # exclusive: departures not yet written (send_log rows)
+        # Exclusive ledgers: when the last crawl of this file did not finish (its sends after
+        # its last commit are unknown), set by the crawl run; see _load.
+        self.unclean_since: float | None = None
+        self._worker = ""
 
     def _ensure_host(self, conn: sa.Connection, host: str) -> None:
         if host in self._known:
@@ -263,8 +267,15 @@ class DbLedger:
             )
         self._known.add(host)
 
-    def _load(self, host: str, n: int) -> list[list]:
-        """The exclusive cache of a host: its newest ``n`` sends and its pause, read once."""
+    def _load(self, host: str, rate: Rate, margin: float) -> list[list]:
+        """The exclusive cache of a host: its newest ``rate.n`` sends and its pause, read once.
+
+        After a crawl of this file that never finished (``unclean_since``: killed, crashed,
+        power loss) the sends it made after its last commit are unknown, so the first send
+        to the host waits one whole window (T + margin) from then: nothing it sent can
+        still be in the window.
+        """
+        n = rate.n
         log = self._cache.get(host)
         if log is None or self._loaded.get(host, 0) < n:
             hs = self._hs
@@ -278,27 +289,53 @@ class DbLedger:
             log = sorted(([t, bool(p)] for t, p in rows), key=lambda r: r[0])
             self._cache[host] = log
             self._loaded[host] = n
-            self._paused[host] = state[0] if state else None
+            paused = state[0] if state else None
+            if self.unclean_since is not None:
+                paused = max(paused or 0.0, self.unclean_since + rate.period + margin)
+            self._paused[host] = paused
             self._outage[host] = bool(state and (state[1] is not None or (state[2] or 0) > 0))
         return log
 
-    def _reserve_exclusive(
-        self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
+    def _grant_exclusive(
+        self, host: str, log: list[list], now: Callable[[], float], rate: Rate, margin: float,
         credit: tuple[float, float] | None,
     ) -> tuple[bool, float]:
-        log = self._load(host, rate.n)
+        """The window and the pause from memory; a grant is a pending entry until it leaves.
+
+        Nothing is written here: the departure is inserted into ``send_log`` with the crawl's
+        next write (``correct_later`` / ``flush_corrections``), and a crawl that dies before
+        that makes the next one wait a window (``_load``).
+        """
         current = now()
         recent = [max(t, current) if p and current - t < PENDING_MAX else t for t, p in log[-rate.n:]]
         t = earliest_send(recent, self._paused.get(host), rate, margin, credit)
         if t > current:
             return False, t
-        with self.db.engine.begin() as conn:
-            self._ensure_host(conn, host)
-            conn.execute(self._send_insert, {"host": host, "sent_at": current, "worker": worker, "pending": True})
         log.append([current, True])
         log.sort(key=lambda r: r[0])
         del log[:-max(rate.n, 1)]
         return True, current
+
+    def _reserve_exclusive(
+        self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
+        credit: tuple[float, float] | None,
+    ) -> tuple[bool, float]:
+        self._worker = worker
+        return self._grant_exclusive(host, self._load(host, rate, margin), now, rate, margin, credit)
+
+    async def reserve_async(
+        self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
+        credit: tuple[float, float] | None = None,
+    ) -> tuple[bool, float]:
+        """``reserve`` for the event loop: exclusive ledgers decide in memory (a thread only for
+        the first read of a host); shared ones run their transaction in a worker thread."""
+        if not self.exclusive:
+            return await asyncio.to_thread(self.reserve, host, now, rate, margin, worker, credit)
+        self._worker = worker
+        log = self._cache.get(host)
+        if log is None or self._loaded.get(host, 0) < rate.n:
+            log = await asyncio.to_thread(self._load, host, rate, margin)
+        return self._grant_exclusive(host, log, now, rate, margin, credit)
 
     def reserve(
         self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
@@ -353,8 +390,12 @@ class DbLedger:
         if host in self._paused:
             self._paused[host] = cur
 
-    def correct(self, host: str, recorded: float, actual: float) -> None:
-        with self.db.engine.begin() as conn:
+    def correct(self, host: str, recorded: float, actual: float, conn: sa.Connection | None = None) -> None:
+        """The send recorded at ``recorded`` left at ``actual`` (inside ``conn``'s transaction if given)."""
+        if conn is None:
+            with self.db.engine.begin() as own:
+                own.execute(self._send_correct, {"h": host, "r": recorded, "sent_at": actual, "pending": False})
+        else:
             conn.execute(self._send_correct, {"h": host, "r": recorded, "sent_at": actual, "pending": False})
         self._correct_cache(host, recorded, actual)
 
@@ -366,18 +407,23 @@ class DbLedger:
                 break
 
     def correct_later(self, host: str, recorded: float, actual: float) -> None:
-        """Exclusive ledgers: correct the window now, the send_log row in the next archive."""
+        """Exclusive ledgers: the window in memory now, the send's ``send_log`` row with the
+        crawl's next write (the exchange's archive)."""
         self._correct_cache(host, recorded, actual)
-        self._deferred.append((host, recorded, actual))
+        self._deferred.append({"host": host, "sent_at": actual, "worker": self._worker, "pending": False})
 
     def flush_corrections(self, conn: sa.Connection) -> None:
-        """Write the deferred corrections inside the caller's transaction."""
+        """Insert the deferred departures inside the caller's transaction."""
+        rows = []
         while True:
             try:
-                host, recorded, actual = self._deferred.popleft()
+                rows.append(self._deferred.popleft())
             except IndexError:
-                return
-            conn.execute(self._send_correct, {"h": host, "r": recorded, "sent_at": actual, "pending": False})
+                break
+        for host in {r["host"] for r in rows}:
+            self._ensure_host(conn, host)
+        if rows:
+            conn.execute(self._send_insert, rows)
 
     def paused_until(self, host: str) -> float | None:
         if self.exclusive and host in self._paused:
@@ -511,7 +557,10 @@ class Pacer:
             planned: float | None = None
             while True:
                 args = (self.host, self.clock.now, self.rate, self.margin, self.worker, self._credit())
-                if getattr(self.ledger, "blocking", False):
+                reserve_async = getattr(self.ledger, "reserve_async", None)
+                if reserve_async is not None:
+                    ok, t = await reserve_async(*args)
+                elif getattr(self.ledger, "blocking", False):
                     ok, t = await asyncio.to_thread(self.ledger.reserve, *args)
                 else:
                     ok, t = self.ledger.reserve(*args)
@@ -543,7 +592,8 @@ class Pacer:
         transaction (the pending row, if that never happens, counts conservatively)."""
         return bool(getattr(self.ledger, "exclusive", False)) and hasattr(self.ledger, "correct_later")
 
-    def correct(self, recorded: float, actual: float, threshold: float = 0.001, *, defer: bool = False) -> None:
+    def correct(self, recorded: float, actual: float, threshold: float = 0.001, *, defer: bool = False,
+                conn: sa.Connection | None = None) -> None:
         """The request granted at ``recorded`` left at ``actual``: keep the log exact.
 
         Between the grant and the bytes leaving there can be milliseconds (a commit, the
@@ -556,6 +606,8 @@ class Pacer:
         later = getattr(self.ledger, "correct_later", None) if defer else None
         if later is not None:
             later(self.host, recorded, actual)
+        elif conn is not None and isinstance(self.ledger, DbLedger):
+            self.ledger.correct(self.host, recorded, actual, conn=conn)
         else:
             self.ledger.correct(self.host, recorded, actual)
         if self._last is not None and self._last[0] == recorded:

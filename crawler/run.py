@@ -39,6 +39,7 @@ import httpx
 import sqlalchemy as sa
 
 from crawler.fetch import EngineBroken, Fetcher, RetryPolicy, write_answers
+from crawler.writer import Writer
 from crawler.pacing import DbLedger, DeadlineReached, Pacer, SystemClock
 from crawler.plan import Counts, WorkQueue, benchmark_texts, current_epoch
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, Rate, config_hash
@@ -744,6 +745,7 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
         lock = CrawlLock(path)
         lock.acquire()
     crawl_id: int | None = None
+    writer: Writer | None = None
     try:
         engines = _resolve_engines(db, opts, worker)
         with db.session() as s, s.begin():
@@ -760,6 +762,10 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
         # Under the SQLite crawl lock this process is the only crawler of the file: the pacing
         # window and the leases need no re-reading from the database before each send.
         ledger = DbLedger(db, exclusive=lock is not None)
+        if lock is not None:
+            ledger.unclean_since = _unclean_since(db, crawl_id, reporter)
+        # One writer thread with group commit for every exchange, answer and send of the run.
+        writer = Writer(db).start()
         for eng in engines:
             eng.queue.exclusive = lock is not None
         clock = SystemClock()
@@ -781,7 +787,8 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
                     pacers[eng.adapter.host] = pacer
                 fetchers.append((eng, Fetcher(db, eng.adapter, client, pacer, config_id=eng.config_id,
                                               epoch=eng.epoch, crawl_id=crawl_id, policy=opts.policy,
-                                              on_event=reporter.log, before_send=eng.queue.keep_due)))
+                                              on_event=reporter.log, before_send=eng.queue.keep_due,
+                                              writer=writer)))
             for eng, fetcher in fetchers:
                 fetcher.pacer = pacers[eng.adapter.host]
                 eng.result.counts = eng.queue.counts()
@@ -801,6 +808,8 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
                     await watcher
                 except asyncio.CancelledError:
                     pass
+                # What is queued commits first, then the departures not yet written.
+                await asyncio.to_thread(writer.close, ledger.flush_corrections)
                 reporter.close()
         summary = CrawlSummary([eng.result for eng in engines], time.time() - t_start, crawl_id)
         for eng in engines:
@@ -818,8 +827,29 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
             _record_failure(db, crawl_id, exc)
         raise
     finally:
+        if writer is not None:
+            writer.close(ledger.flush_corrections)  # a no-op once closed; after an error, stops the thread
         if lock is not None:
             lock.release()
+
+
+def _unclean_since(db, crawl_id: int, reporter: Reporter) -> float | None:
+    """Under the SQLite crawl lock: an earlier crawl still marked running died without finishing
+    (``kill -9``, a crash, power loss), and the sends it made after its last commit are not in
+    ``send_log``. Marks them ``killed`` and returns now (each host's first send then waits a
+    window), or None."""
+    with db.session() as s, s.begin():
+        dead = list(s.execute(sa.select(Crawl).where(Crawl.status == "running", Crawl.id != crawl_id)).scalars())
+        for row in dead:
+            row.status = "killed"
+            row.summary = {**(row.summary or {}),
+                           "error": "ended without finishing (killed, crashed or power lost); found by crawl "
+                                    f"{crawl_id}"}
+    if not dead:
+        return None
+    reporter.log(f"the last crawl of this file (crawl {dead[-1].id}) ended without finishing: each host's first "
+                 "send waits one pacing window, as its last sends may not be recorded")
+    return time.time()
 
 
 def _record_failure(db, crawl_id: int, exc: BaseException) -> None:

@@ -502,8 +502,8 @@ class _TimedLedger(DbLedger):
         super().__init__(db)
         self.corrected_at: list[float] = []
 
-    def correct(self, host: str, recorded: float, actual: float) -> None:
-        super().correct(host, recorded, actual)
+    def correct(self, host: str, recorded: float, actual: float, conn=None) -> None:
+        super().correct(host, recorded, actual, conn=conn)
         self.corrected_at.append(time.time())
 
 

@@ -1,0 +1,167 @@
+"""Issue 13 goal 2: the crawl's one writer (group commit) and what it must not give up.
+
+- writes queued together commit in one transaction, and each caller resumes only once
+  its write is committed (visible to another connection);
+- a failing write fails alone: the group is rolled back and the others commit on their own;
+- ``close(final)`` commits what is queued, then ``final``;
+- on SQLite the crawl writes no row before a send: a crawl of the file that died
+  (``kill -9``: its row still "running") makes the next one wait a whole window before
+  its first send to each host, and marks the dead crawl ``killed``; a clean run does not
+  wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from crawler.writer import DirectWriter, Writer
+from engines.base import Rate
+from engines.emulate import StandIn
+from store.db import open_database
+from store.models import Crawl, Exchange, SendLog
+from tests.test_crawl import N_MPR, _load_mpr, assert_server_window, crawl, rows, table_count  # noqa: F401 - rows is a fixture
+
+_T = sa.table("t", sa.column("k", sa.Integer))
+
+
+def _db(url: str):
+    db = open_database(url)
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+    return db
+
+
+def _count(db) -> int:
+    with db.engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(_T)).scalar_one()
+
+
+def _insert(k: int):
+    def op(conn: sa.Connection) -> int:
+        conn.execute(sa.insert(_T).values(k=k))
+        return k
+    return op
+
+
+@pytest.mark.parametrize("any_db_url", ["sqlite", "postgres"], indirect=True)
+async def test_queued_writes_commit_together_and_each_caller_sees_its_commit(any_db_url: str) -> None:
+    db = _db(any_db_url)
+    writer = Writer(db).start()
+    try:
+        seen: list[int] = []
+
+        async def one(k: int) -> None:
+            assert await writer.run(_insert(k)) == k
+            seen.append(_count(db))  # another connection: the write is committed already
+
+        await asyncio.gather(*(one(k) for k in range(200)))
+        assert _count(db) == 200
+        assert all(n >= 1 for n in seen)
+        assert writer.writes == 200
+        assert writer.commits < 200  # grouped: fewer transactions than writes
+    finally:
+        writer.close()
+        db.dispose()
+
+
+async def test_a_failing_write_fails_alone(sqlite_url: str) -> None:
+    db = _db(sqlite_url)
+    writer = Writer(db).start()
+    try:
+        # k=1 twice: the second violates the primary key. Queued together, the group fails
+        # as a whole; every other write must still commit, and only the duplicate raises.
+        results = await asyncio.gather(*(writer.run(_insert(k)) for k in [0, 1, 2, 1, 3]), return_exceptions=True)
+        assert results[:3] == [0, 1, 2] and results[4] == 3
+        assert isinstance(results[3], sa.exc.IntegrityError)
+        assert _count(db) == 4
+    finally:
+        writer.close()
+        db.dispose()
+
+
+async def test_close_commits_the_queue_then_the_final_write(sqlite_url: str) -> None:
+    db = _db(sqlite_url)
+    writer = Writer(db).start()
+    order: list[int] = []
+
+    def final(conn: sa.Connection) -> None:
+        order.append(_count_in(conn))
+        conn.execute(sa.insert(_T).values(k=99))
+
+    def _count_in(conn: sa.Connection) -> int:
+        return conn.execute(sa.select(sa.func.count()).select_from(_T)).scalar_one()
+
+    try:
+        pending = [asyncio.ensure_future(writer.run(_insert(k))) for k in range(5)]
+        await asyncio.sleep(0)  # queued
+        await asyncio.to_thread(writer.close, final)
+        assert [await p for p in pending] == list(range(5))
+        assert order == [5] and _count(db) == 6
+        direct = DirectWriter(db)
+        assert await direct.run(_insert(7)) == 7
+        direct.close(_insert(8))
+        assert _count(db) == 8
+    finally:
+        db.dispose()
+
+
+def _mark_dead_crawl(url: str) -> int:
+    db = open_database(url)
+    try:
+        with db.session() as s, s.begin():
+            row = Crawl(hostname="gone", pid=1, worker="gone:1:dead", code_version="x", status="running")
+            s.add(row)
+            s.flush()
+            return row.id
+    finally:
+        db.dispose()
+
+
+def _first_send(url: str) -> float:
+    db = open_database(url)
+    try:
+        with db.session() as s:
+            return min(s.execute(sa.select(SendLog.sent_at)).scalars())
+    finally:
+        db.dispose()
+
+
+def test_after_a_killed_crawl_the_first_send_waits_a_window_and_a_clean_run_does_not(sqlite_url: str, rows) -> None:
+    _load_mpr(sqlite_url)
+    rate = Rate(20, 2.0)  # a 2 s window: long enough to see, short enough for a test
+    dead = _mark_dead_crawl(sqlite_url)
+    with StandIn("leanexplore", rows, rate=rate).in_thread() as srv:
+        t0 = time.time()
+        summary, rep = crawl(sqlite_url, {"leanexplore": srv}, rate=rate, limit=5)
+        assert summary.results[0].answered_now == 5
+        first = _first_send(sqlite_url)
+        assert first >= t0 + rate.period + 0.15  # one window plus the margin (tests.test_crawl.MARGIN_S)
+        assert any("ended without finishing" in line for line in rep.lines), rep.lines
+        db = open_database(sqlite_url)
+        try:
+            with db.session() as s:
+                assert s.get(Crawl, dead).status == "killed"
+                assert s.scalar(sa.select(sa.func.count()).select_from(Crawl).where(Crawl.status == "running")) == 0
+        finally:
+            db.dispose()
+        # Every send of the finished run is in send_log (written with its exchange, not before).
+        assert table_count(sqlite_url, SendLog) == table_count(sqlite_url, Exchange) == srv.stats.requests == 5
+        assert table_count(sqlite_url, SendLog, SendLog.pending.is_(True)) == 0
+        # A clean run next: the window is computed from the recorded sends, no extra wait.
+        time.sleep(rate.period + 0.2)
+        t1 = time.time()
+        summary, rep = crawl(sqlite_url, {"leanexplore": srv}, rate=rate, limit=5)
+        assert summary.results[0].answered_now == 5
+        assert not any("ended without finishing" in line for line in rep.lines)
+        db = open_database(sqlite_url)
+        try:
+            with db.session() as s:
+                second = min(s.execute(sa.select(SendLog.sent_at).where(SendLog.sent_at >= t1)).scalars())
+        finally:
+            db.dispose()
+        assert second - t1 < rate.period / 2
+        assert_server_window(srv, rate)
