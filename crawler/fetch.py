@@ -251,8 +251,10 @@ class Fetcher:
         if self.before_send is None:
             return items
         shas = [sha for sha, _ in items]
-        if getattr(getattr(self.before_send, "__self__", None), "exclusive", False):
-            keep = set(self.before_send(shas))  # no database work (one crawler per file): no thread
+        fast = getattr(getattr(self.before_send, "__self__", None), "keep_due_fast", None)
+        known = fast(shas) if fast is not None else None  # no database work needed: no thread
+        if known is not None:
+            keep = set(known)
         else:
             keep = set(await asyncio.to_thread(self.before_send, shas))
         if len(keep) < len(items):

@@ -243,6 +243,24 @@ class DbLedger:
         self._outage: dict[str, bool] = {}  # host → an outage is recorded in host_state
         self._loaded: dict[str, int] = {}  # host → how many sends the cache was loaded with
         self._send_insert = sa.insert(self._sl)
+        # The shared reserve's statements, built once (building them per send cost as much as
+        # running them). A granted send that has not left yet may leave any moment: it counts
+        # as leaving now, so the window never starts before its real departure however late
+        # its sender runs (a busy machine); a dead sender's mark lapses after PENDING_MAX.
+        # Only the oldest and newest of the last n (so adjusted) matter: the database reduces
+        # them, instead of sending n rows per request (n = 1000 at 1000/s).
+        hs, sl = self._hs, self._sl
+        self._lock_host = (sa.select(hs.c.paused_until, hs.c.outage_since, hs.c.outage_count)
+                           .where(hs.c.host == sa.bindparam("h")).with_for_update())
+        last = (sa.select(sl.c.sent_at, sl.c.pending).where(sl.c.host == sa.bindparam("h"))
+                .order_by(sl.c.sent_at.desc()).limit(sa.bindparam("n", type_=sa.Integer, literal_execute=True)).subquery())
+        now_ = sa.bindparam("now", type_=sa.Float)
+        adjusted = sa.case(
+            (sa.and_(last.c.pending, last.c.sent_at > sa.bindparam("lapsed", type_=sa.Float), last.c.sent_at < now_),
+             now_),
+            else_=last.c.sent_at,
+        )
+        self._span = sa.select(sa.func.count(), sa.func.min(adjusted), sa.func.max(adjusted)).select_from(last)
         self._send_correct = sa.update(self._sl).where(self._sl.c.host == sa.bindparam("h"),
                                                        self._sl.c.sent_at == sa.bindparam("r"))
         self._deferred: deque = deque()  # exclusive: departures not yet written (send_log rows)
@@ -347,29 +365,18 @@ class DbLedger:
             self._ensure_host(conn, host)
             conn.commit()
             with conn.begin():
-                paused = conn.execute(
-                    sa.select(self._hs.c.paused_until).where(self._hs.c.host == host).with_for_update()
-                ).scalar()
+                # The host row's lock first, then the send log: read after the lock is held, so
+                # a send another worker committed while we waited for it is counted.
+                paused, since, outages = conn.execute(self._lock_host, {"h": host}).one()
+                # Known as of this grant: a good answer clears a recorded outage (clear_outage_in).
+                self._outage[host] = since is not None or (outages or 0) > 0
                 current = now()
-                # A granted send that has not left yet may leave any moment: count it as
-                # leaving now, so the window never starts before its real departure however
-                # late its sender runs (a busy machine). A dead sender's mark lapses.
-                # Only the oldest and newest of the last n (so adjusted) matter: the database
-                # reduces them, instead of sending n rows per request (n = 1000 at 1000/s).
-                last = (sa.select(self._sl.c.sent_at, self._sl.c.pending).where(self._sl.c.host == host)
-                        .order_by(self._sl.c.sent_at.desc()).limit(rate.n).subquery())
-                adjusted = sa.case(
-                    (sa.and_(last.c.pending, last.c.sent_at > current - PENDING_MAX, last.c.sent_at < current),
-                     sa.literal(current, sa.Float)),
-                    else_=last.c.sent_at,
-                )
-                count, lo, hi = conn.execute(
-                    sa.select(sa.func.count(), sa.func.min(adjusted), sa.func.max(adjusted)).select_from(last)
-                ).one()
+                count, lo, hi = conn.execute(self._span, {"h": host, "n": rate.n, "now": current,
+                                                          "lapsed": current - PENDING_MAX}).one()
                 t = earliest_send_span(count, lo, hi, paused, rate, margin, credit)
                 if t > current:
                     return False, t
-                conn.execute(sa.insert(self._sl).values(host=host, sent_at=current, worker=worker, pending=True))
+                conn.execute(self._send_insert, {"host": host, "sent_at": current, "worker": worker, "pending": True})
         return True, current
 
     def pause(self, host: str, until: float) -> None:
@@ -456,7 +463,7 @@ class DbLedger:
 
     def outage_recorded(self, host: str) -> bool:
         """Whether host_state may hold an outage of ``host`` (always, unless exclusive and known)."""
-        return not (self.exclusive and self._outage.get(host) is False)
+        return self._outage.get(host) is not False
 
     def clear_outage(self, host: str) -> None:
         if self.exclusive and self._outage.get(host) is False:

@@ -214,8 +214,9 @@ class WorkQueue:
         """
         if not shas:
             return []
-        if self.exclusive:
-            return [sha for sha in shas if sha in self.held]
+        fast = self.keep_due_fast(shas)
+        if fast is not None:
+            return fast
         self.renew(shas)
         now = self.clock()
         # One round trip: texts answered meanwhile, and texts a live lease of another worker holds.
@@ -232,6 +233,20 @@ class WorkQueue:
             if sha not in keep:
                 self.held.pop(sha, None)
         return keep
+
+    def keep_due_fast(self, shas: list[str]) -> list[str] | None:
+        """``keep_due`` without the database when the answer is known here, else None.
+
+        Exclusive (one crawler per SQLite file): the texts this run holds. Shared: texts whose
+        lease this worker took or renewed with more than half its TTL left need no check:
+        ``claim`` takes only expired leases, so no other worker can hold or answer them.
+        """
+        if self.exclusive:
+            return [sha for sha in shas if sha in self.held]
+        now = self.clock()
+        if all(self.held.get(sha, 0.0) - now >= self.lease_ttl / 2 for sha in shas):
+            return list(shas)
+        return None
 
     def done(self, shas: list[str]) -> None:
         """Answered (the rows were deleted in the answer's transaction)."""
