@@ -217,3 +217,40 @@ def test_a_warc_from_another_tool_imports(two_epochs, tmp_path: Path, any_db_url
             assert answer.n_returned == len(json.loads(ex.response_body)[0])
     finally:
         dst.dispose()
+
+
+def test_an_outage_body_in_an_imported_warc_is_a_failed_parse_not_a_crash(tmp_path: Path, sqlite_url: str) -> None:
+    """Loogle's "Restarting" at 200 is an outage (the crawler records "outage: ..."): an import
+    records the same parse outcome and goes on with the other exchanges."""
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    from store.models import ParseOutcome
+
+    path = tmp_path / "loogle.warc.gz"
+    bodies = [b'{"error": "Restarting: Loogle is being updated"}',
+              json.dumps({"count": 1, "hits": [{"name": "Nat.add_comm", "type": "x", "module": "M", "doc": None}],
+                          "header": ""}).encode()]
+    with open(path, "wb") as fh:
+        w = WARCWriter(fh, gzip=True)
+        for i, payload in enumerate(bodies):
+            url = f"https://loogle.lean-lang.org/json?q=Nat.add_comm{i}"
+            resp = w.create_warc_record(url, "response", payload=io.BytesIO(payload), length=len(payload),
+                                        http_headers=StatusAndHeaders("200 OK", [("Content-Type", "application/json")],
+                                                                      protocol="HTTP/1.1"))
+            req = w.create_warc_record(url, "request", payload=io.BytesIO(b""), length=0,
+                                       http_headers=StatusAndHeaders(f"GET /json?q=Nat.add_comm{i} HTTP/1.1", [],
+                                                                     is_http_request=True),
+                                       warc_headers_dict={"WARC-Concurrent-To": resp.rec_headers.get_header("WARC-Record-ID")})
+            w.write_record(resp)
+            w.write_record(req)
+    load_mpr_and_slice(sqlite_url)
+    dst = open_database(sqlite_url)
+    try:
+        summary = import_bundle(dst, path)
+        assert summary.added == 2 and summary.parse_failures == 1 and summary.answers == 1
+        with dst.session() as s:
+            outcomes = {o.ok: o.error for o in s.execute(sa.select(ParseOutcome)).scalars()}
+        assert outcomes[True] is None and outcomes[False].startswith("outage: ")
+    finally:
+        dst.dispose()
