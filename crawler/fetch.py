@@ -42,14 +42,14 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from crawler.pacing import Pacer
 from crawler.writer import DirectWriter, Writer
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, redact_headers, redact_url
-from store.models import Answer, Exchange, Hit, ParseOutcome, WorkLease
+from store.models import Answer, Exchange, ParseOutcome, WorkLease
 from store.names import normalize_name
+from store.writes import encode_raw, hits_insert_sql
 from store.types import utcnow
 
 _EXCHANGES = Exchange.__table__
 _PARSES = ParseOutcome.__table__
 _ANSWERS = Answer.__table__
-_HITS = Hit.__table__
 _LEASES = WorkLease.__table__
 
 
@@ -67,7 +67,6 @@ _ARCHIVE = sa.insert(_EXCHANGES).returning(_EXCHANGES.c.id)
 _PARSE = sa.insert(_PARSES)
 _ANSWER = {d: _insert_for(d)(_ANSWERS).on_conflict_do_nothing().returning(_ANSWERS.c.id)
            for d in ("sqlite", "postgresql")}
-_HIT = sa.insert(_HITS)
 _LEASES_DONE = sa.delete(_LEASES).where(
     _LEASES.c.config_id == sa.bindparam("c"), _LEASES.c.epoch == sa.bindparam("e"),
     _LEASES.c.query_sha256.in_(sa.bindparam("shas", expanding=True)))
@@ -536,7 +535,7 @@ def write_answers_in(
     # makes the insert a no-op instead of an error, so fetch-once keeps the first answer
     # without a savepoint per text.
     answer = _ANSWER["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
-    hit_rows: list[dict[str, Any]] = []
+    hit_rows: list[tuple] = []
     conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=parser_version, ok=True,
                               error=None, dropped_items=sum(drops), drop_reason=reason))
     for (sha, text), hits, dropped in zip(items, parsed, drops):
@@ -547,14 +546,14 @@ def write_answers_in(
         )).scalar()
         if answer_id is None:
             continue  # answered meanwhile (another path); fetch-once keeps the first
+        # Driver-level tuples in store.writes' column order: SQLAlchemy's per-row parameter
+        # processing (a dict and a JSON bind per hit) cost more than the insert itself.
         hit_rows.extend(
-            {"answer_id": answer_id, "rank": h.rank, "name": h.name, "normalized_name": normalize_name(h.name),
-             "raw": h.raw, "resolved_corpus_id": None, "declaration_id": None, "resolution": None}
-            for h in hits
+            (answer_id, h.rank, h.name, normalize_name(h.name), encode_raw(h.raw), None, None, None) for h in hits
         )
         done.append(sha)
     if hit_rows:
-        conn.execute(_HIT, hit_rows)
+        conn.exec_driver_sql(hits_insert_sql(conn), hit_rows)
     if items:
         conn.execute(_LEASES_DONE, {"c": config_id, "e": epoch, "shas": [sha for sha, _ in items]})
     if after is not None:

@@ -78,22 +78,41 @@ class Writer:
 
     def _loop(self) -> None:
         with self.db.engine.connect() as conn:
-            stop = False
-            while not stop:
-                item = self._q.get()
+            checkpointer = None
+            if conn.dialect.name == "sqlite":
+                # SQLite runs a WAL checkpoint (copy back + fsync) inside whichever commit
+                # crosses 1000 WAL pages: tens of milliseconds in the crawl's commit path every
+                # few dozen exchanges. This connection does not; a thread of its own copies the
+                # WAL back meanwhile (PASSIVE: it never blocks a writer or a reader).
+                conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
+                conn.commit()
+                checkpointer = _Checkpointer(self.db).start()
+            try:
+                self._serve(conn)
+            finally:
+                if checkpointer is not None:
+                    checkpointer.stop()
+                    conn.exec_driver_sql("PRAGMA wal_autocheckpoint=1000")  # the pooled connection as it was
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    conn.commit()
+
+    def _serve(self, conn: sa.Connection) -> None:
+        stop = False
+        while not stop:
+            item = self._q.get()
+            if item is None:
+                return
+            group = [item]
+            while len(group) < self.max_group:
+                try:
+                    item = self._q.get_nowait()
+                except queue.Empty:
+                    break
                 if item is None:
-                    return
-                group = [item]
-                while len(group) < self.max_group:
-                    try:
-                        item = self._q.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        stop = True
-                        break
-                    group.append(item)
-                self._commit(conn, group)
+                    stop = True
+                    break
+                group.append(item)
+            self._commit(conn, group)
 
     def _commit(self, conn: sa.Connection, group: list) -> None:
         results: list[tuple[bool, Any]] = []
@@ -123,6 +142,33 @@ class Writer:
                 loop.call_soon_threadsafe(_resolve, fut, ok, value)
             except RuntimeError:
                 pass  # the caller's loop is closed: nobody is waiting
+
+
+class _Checkpointer:
+    """A thread that checkpoints a SQLite WAL every ``every`` seconds until stopped."""
+
+    def __init__(self, db, every: float = 0.25) -> None:  # noqa: ANN001
+        self.db = db
+        self.every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="engines-checkpoint", daemon=True)
+
+    def start(self) -> "_Checkpointer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        with self.db.engine.connect() as conn:
+            while not self._stop.wait(self.every):
+                try:
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sa.exc.OperationalError:
+                    pass  # busy: the next round copies what this one could not
+                conn.rollback()
 
 
 class DirectWriter:

@@ -167,18 +167,28 @@ _HIT_COLUMNS = (
 )
 
 
+def hits_insert_sql(conn: sa.Connection) -> str:
+    """The driver-level INSERT of one ``hits`` row (columns in ``_HIT_COLUMNS`` order)."""
+    quote = conn.dialect.identifier_preparer.quote
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    return (
+        f"INSERT INTO hits ({', '.join(quote(c) for c in _HIT_COLUMNS)}) "
+        f"VALUES ({', '.join([mark] * len(_HIT_COLUMNS))})"
+    )
+
+
+def encode_raw(raw: Any) -> str | None:
+    """A hit's ``raw`` as the JSON text SQLAlchemy's JSON type would write."""
+    return None if raw is None else _JSON.encode(raw)
+
+
 def insert_hits(conn: sa.Connection, groups: Iterable[tuple[int, Iterable[HitRow]]], chunk: int = 20_000) -> int:
     """Hits of several answers as driver-level executemany of tuples; the number written.
 
     Straight to the DB-API: SQLAlchemy's per-row parameter processing (the JSON bind
     for ``raw``, dict keys per row) cost more than SQLite's own insert.
     """
-    quote = conn.dialect.identifier_preparer.quote
-    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    sql = (
-        f"INSERT INTO hits ({', '.join(quote(c) for c in _HIT_COLUMNS)}) "
-        f"VALUES ({', '.join([mark] * len(_HIT_COLUMNS))})"
-    )
+    sql = hits_insert_sql(conn)
     dumps = _JSON.encode  # what json.dumps(raw) calls, without its keyword handling per hit
     normalized: dict[str, str | None] = {}  # the same names recur across answers
     rows: list[tuple] = []

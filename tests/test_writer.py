@@ -165,3 +165,26 @@ def test_after_a_killed_crawl_the_first_send_waits_a_window_and_a_clean_run_does
             db.dispose()
         assert second - t1 < rate.period / 2
         assert_server_window(srv, rate)
+
+
+async def test_sqlite_writer_checkpoints_in_the_background_and_restores_the_connection(sqlite_url: str) -> None:
+    """The writer's connection leaves WAL checkpoints to a thread of its own (none inside a
+    commit); when it closes, the WAL is copied back and the pooled connection is as before."""
+    db = open_database(sqlite_url)
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE blobs (k INTEGER PRIMARY KEY, b BLOB)")
+    writer = Writer(db).start()
+    try:
+        blob = b"x" * 20_000  # 5 pages a row: 400 rows pass SQLite's 1000-page autocheckpoint twice
+        for k in range(400):
+            await writer.run(lambda conn, k=k: conn.exec_driver_sql("INSERT INTO blobs VALUES (?, ?)", (k, blob)))
+    finally:
+        await asyncio.to_thread(writer.close)
+    with db.engine.connect() as conn:
+        busy, log, checkpointed = conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").one()
+        assert busy == 0 and log == checkpointed  # everything copied back
+        assert conn.exec_driver_sql("SELECT count(*) FROM blobs").scalar_one() == 400
+    for _ in range(3):  # whichever pooled connection the writer had
+        with db.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one() == 1000
+    db.dispose()
