@@ -44,7 +44,7 @@ from crawler.writer import DirectWriter, Writer
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, redact_headers, redact_url
 from store.models import Answer, Exchange, ParseOutcome, WorkLease
 from store.names import normalize_name
-from store.writes import encode_raw, hits_insert_sql
+from store.writes import encode_raw, write_hit_rows
 from store.types import utcnow
 
 _EXCHANGES = Exchange.__table__
@@ -457,10 +457,16 @@ class Fetcher:
         )
 
     async def _correct(self, granted: float, actual: float) -> None:
-        """The departure of a shared-ledger send, written by the writer's next group."""
-        def op(conn: sa.Connection) -> None:
-            self.pacer.correct(granted, actual, conn=conn)
-        await self.writer.run(op)
+        """The departure of a shared-ledger send: in memory now, in the database at once (or
+        with this process's next grant, if that comes first)."""
+        if self.pacer.departed(granted, actual):
+            # A short transaction of its own, not the writer's group: the row stays locked
+            # until its commit, and the next grant (which may also write it) waits for that.
+            await asyncio.to_thread(self._apply_departures)
+
+    def _apply_departures(self) -> None:
+        with self.db.engine.begin() as conn:
+            self.pacer.apply_departures(conn)
 
     async def _store(
         self,
@@ -553,7 +559,7 @@ def write_answers_in(
         )
         done.append(sha)
     if hit_rows:
-        conn.exec_driver_sql(hits_insert_sql(conn), hit_rows)
+        write_hit_rows(conn, hit_rows)
     if items:
         conn.execute(_LEASES_DONE, {"c": config_id, "e": epoch, "shas": [sha for sha, _ in items]})
     if after is not None:

@@ -261,9 +261,15 @@ class DbLedger:
             else_=last.c.sent_at,
         )
         self._span = sa.select(sa.func.count(), sa.func.min(adjusted), sa.func.max(adjusted)).select_from(last)
+        self._reserve_call = sa.text(
+            "SELECT granted, earliest, outage FROM engines_reserve(:h, :now, :n, :period, :margin, :pmax, "
+            "CAST(:csent AS double precision), CAST(:credit AS double precision), :w, "
+            "CAST(:deps AS double precision[]))"
+        )
         self._send_correct = sa.update(self._sl).where(self._sl.c.host == sa.bindparam("h"),
                                                        self._sl.c.sent_at == sa.bindparam("r"))
         self._deferred: deque = deque()  # exclusive: departures not yet written (send_log rows)
+        self._departures: dict[tuple[str, float], float] = {}  # shared: (host, granted) → departure
         # Exclusive ledgers: when the last crawl of this file did not finish (its sends after
         # its last commit are unknown), set by the crawl run; see _load.
         self.unclean_since: float | None = None
@@ -361,6 +367,8 @@ class DbLedger:
     ) -> tuple[bool, float]:
         if self.exclusive:
             return self._reserve_exclusive(host, now, rate, margin, worker, credit)
+        if self.db.dialect == "postgresql":
+            return self._reserve_pg(host, now, rate, margin, worker, credit)
         with self.db.engine.connect() as conn:
             self._ensure_host(conn, host)
             conn.commit()
@@ -368,6 +376,9 @@ class DbLedger:
                 # The host row's lock first, then the send log: read after the lock is held, so
                 # a send another worker committed while we waited for it is counted.
                 paused, since, outages = conn.execute(self._lock_host, {"h": host}).one()
+                # This process's departures not yet written: now, under the lock, so its own
+                # sends that already left do not count as pending ("now") against the grant.
+                self.apply_departures(conn, host)
                 # Known as of this grant: a good answer clears a recorded outage (clear_outage_in).
                 self._outage[host] = since is not None or (outages or 0) > 0
                 current = now()
@@ -378,6 +389,33 @@ class DbLedger:
                     return False, t
                 conn.execute(self._send_insert, {"host": host, "sent_at": current, "worker": worker, "pending": True})
         return True, current
+
+    def _reserve_pg(
+        self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
+        credit: tuple[float, float] | None,
+    ) -> tuple[bool, float]:
+        """The same steps as the generic reserve below, in one call of the server function
+        ``engines_reserve`` (migration 0005): the host row stays locked for the server's
+        microseconds, not for five round trips of a busy client."""
+        departures: list[float] = []
+        with self.db.engine.connect() as conn:
+            self._ensure_host(conn, host)
+            conn.commit()
+            with conn.begin():
+                for key in [k for k in list(self._departures) if k[0] == host]:
+                    actual = self._departures.pop(key, None)
+                    if actual is not None:
+                        departures += [key[1], actual]
+                current = now()
+                granted, t, outage = conn.execute(self._reserve_call, {
+                    "h": host, "now": current, "n": rate.n, "period": rate.period, "margin": margin,
+                    "pmax": PENDING_MAX, "csent": credit[0] if credit else None,
+                    "credit": credit[1] if credit else None, "w": worker, "deps": departures or None,
+                }).one()
+        for i in range(0, len(departures), 2):
+            self._correct_cache(host, departures[i], departures[i + 1])
+        self._outage[host] = bool(outage)
+        return bool(granted), float(t)
 
     def pause(self, host: str, until: float) -> None:
         from store.types import utcnow
@@ -405,6 +443,25 @@ class DbLedger:
         else:
             conn.execute(self._send_correct, {"h": host, "r": recorded, "sent_at": actual, "pending": False})
         self._correct_cache(host, recorded, actual)
+
+    def note_departure(self, host: str, recorded: float, actual: float) -> None:
+        """Shared ledgers: the send granted at ``recorded`` left at ``actual``; written by the next
+        :meth:`apply_departures` (the crawl writer's next group, or this process's next grant to
+        the host, inside its transaction), whichever comes first."""
+        self._departures[(host, recorded)] = actual
+
+    def apply_departures(self, conn: sa.Connection, host: str) -> int:
+        """Write the noted departures of ``host`` inside ``conn``'s transaction; how many."""
+        rows = []
+        for key in [k for k in list(self._departures) if k[0] == host]:
+            actual = self._departures.pop(key, None)
+            if actual is not None:  # not taken meanwhile by the other writer of departures
+                rows.append({"h": host, "r": key[1], "sent_at": actual, "pending": False})
+        if rows:
+            conn.execute(self._send_correct, rows)
+            for r in rows:
+                self._correct_cache(host, r["r"], r["sent_at"])
+        return len(rows)
 
     def _correct_cache(self, host: str, recorded: float, actual: float) -> None:
         for row in self._cache.get(host, ()):
@@ -619,6 +676,24 @@ class Pacer:
             self.ledger.correct(self.host, recorded, actual)
         if self._last is not None and self._last[0] == recorded:
             self._last = (actual, self._last[1])
+
+    def departed(self, recorded: float, actual: float, threshold: float = 0.001) -> bool:
+        """A shared-ledger send left: noted in memory now; True when the ledger then needs
+        :meth:`apply_departures` (a database write), False when it is already recorded."""
+        self.stats.send_delays.append(actual - recorded)
+        if actual - recorded <= threshold:
+            actual = recorded  # not worth moving; writing it still clears the pending mark
+        if self._last is not None and self._last[0] == recorded:
+            self._last = (actual, self._last[1])
+        note = getattr(self.ledger, "note_departure", None)
+        if note is None:
+            self.ledger.correct(self.host, recorded, actual)
+            return False
+        note(self.host, recorded, actual)
+        return True
+
+    def apply_departures(self, conn: sa.Connection) -> None:
+        self.ledger.apply_departures(conn, self.host)
 
     def pause(self, until: float) -> None:
         """Hold every send to this host until ``until`` (429 / Retry-After)."""

@@ -502,9 +502,11 @@ class _TimedLedger(DbLedger):
         super().__init__(db)
         self.corrected_at: list[float] = []
 
-    def correct(self, host: str, recorded: float, actual: float, conn=None) -> None:
-        super().correct(host, recorded, actual, conn=conn)
-        self.corrected_at.append(time.time())
+    def apply_departures(self, conn, host: str) -> int:
+        n = super().apply_departures(conn, host)
+        if n:
+            self.corrected_at.append(time.time())
+        return n
 
 
 async def test_send_time_correction_lands_before_the_response(mpr_url: str, rows) -> None:

@@ -278,3 +278,53 @@ async def test_pending_send_counts_as_leaving_now_until_corrected(tmp_path) -> N
         assert a.stats.send_delays[0] == pytest.approx(1.5)
     finally:
         db.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("seed", range(3))
+def test_postgres_reserve_function_decides_as_earliest_send(pg_url: str, seed: int) -> None:
+    """On PostgreSQL a slot is decided by the server function engines_reserve (migration
+    0005): the same decision as crawler.pacing.earliest_send over the same history, with
+    pending sends counted as leaving now, pauses, the credit and noted departures."""
+    import sqlalchemy as sa
+
+    from crawler.pacing import PENDING_MAX, earliest_send
+    from store.models import HostState, SendLog
+
+    rng = random.Random(seed)
+    db = open_database(pg_url)
+    try:
+        ledger = DbLedger(db)
+        for case in range(60):
+            host = f"h{case}"
+            rate = Rate(rng.choice([1, 2, 3, 5]), rng.choice([0.5, 2.0, 30.0]))
+            margin = rng.choice([0.0, 0.1, 0.3])
+            now = 1_000_000.0 + rng.uniform(0, 100)
+            hist = sorted(now - rng.uniform(-0.5, 40) for _ in range(rng.randint(0, 7)))
+            pending = [rng.random() < 0.3 for _ in hist]
+            paused = rng.choice([None, None, now - 1.0, now + rng.uniform(0, 5)])
+            credit = (hist[-1], rng.uniform(0, 0.2)) if hist and rng.random() < 0.4 else None
+            noted = [(t, t + 0.01) for t, p in zip(hist, pending) if p and rng.random() < 0.5]
+            with db.engine.begin() as conn:
+                conn.execute(sa.insert(HostState.__table__).values(host=host, paused_until=paused,
+                                                                    updated_at=sa.func.now()))
+                if hist:
+                    conn.execute(sa.insert(SendLog.__table__), [
+                        {"host": host, "sent_at": t, "worker": "x", "pending": p} for t, p in zip(hist, pending)])
+            for recorded, actual in noted:
+                ledger.note_departure(host, recorded, actual)
+            fixed = {r: a for r, a in noted}
+            rows = sorted(((fixed.get(t, t), p and t not in fixed) for t, p in zip(hist, pending)),
+                          key=lambda r: r[0])[-rate.n:]
+            recent = [now if p and now - PENDING_MAX < t < now else t for t, p in rows]
+            want = earliest_send(recent, paused, rate, margin, credit)
+            ok, t = ledger.reserve(host, lambda: now, rate, margin, "w", credit)
+            assert (ok, t) == ((True, now) if want <= now else (False, pytest.approx(want))), (case, rows, paused)
+            with db.engine.connect() as conn:
+                logged = sorted(conn.execute(sa.select(SendLog.sent_at, SendLog.pending)
+                                             .where(SendLog.host == host)).all())
+            expect = sorted([(fixed.get(t, t), p and t not in fixed) for t, p in zip(hist, pending)]
+                            + ([(now, True)] if ok else []))
+            assert logged == [tuple(x) for x in expect]
+    finally:
+        db.dispose()
