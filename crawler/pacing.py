@@ -236,7 +236,8 @@ class DbLedger:
         # exclusive: this process is the only writer of send_log / host_state (a SQLite file
         # under the crawl lock). Then the window and the pause are kept in memory after one
         # read per host, and reserve only appends the send: nobody else can change them.
-        # Every send is still written (pending) before it leaves, so a restart reloads them.
+        # A send's row is written with its exchange; a restart after a crawl that died
+        # before writing its last sends waits one window (unclean_since, _load).
         self.exclusive = exclusive
         self._cache: dict[str, list[list]] = {}  # host → newest sends [[sent_at, pending], ...]
         self._paused: dict[str, float | None] = {}

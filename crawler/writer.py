@@ -1,8 +1,7 @@
 """The crawl's database writes: one writer thread with group commit.
 
-Every request of a crawl ends in a few writes: the send's pending row before it leaves
-(SQLite), its departure time, the exchange, its parse outcome, answers, hits and the
-lease removal. Done as one transaction each from a thread pool they cost a commit apiece
+Every request of a crawl ends in a few writes: its send time, the exchange, its parse
+outcome, answers, hits and the lease removal. Done as one transaction each from a thread pool they cost a commit apiece
 and, on SQLite, contend for the file's one write lock (the busy handler sleeps in
 milliseconds). Here one thread owns one connection and runs every queued write: it takes
 whatever has queued while the previous commit ran and commits it as one transaction.
