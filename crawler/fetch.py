@@ -499,22 +499,10 @@ class Fetcher:
         return done
 
 
-def write_answers(
-    db,
-    parser_version: int,
-    config_id: int,
-    epoch: int,
-    exchange_id: int,
-    items: list[tuple[str, str]],
-    parsed: list[list[Any]],
-    latency_ms: float | None,
-    *,
-    after: Callable[[sa.Connection], None] | None = None,
-) -> list[str]:
-    """:func:`write_answers_in` in a transaction of its own."""
+def write_answers(db, *args: Any, **kw: Any) -> list[str]:
+    """:func:`write_answers_in` (same arguments after ``db``) in a transaction of its own."""
     with db.engine.begin() as conn:
-        return write_answers_in(conn, parser_version, config_id, epoch, exchange_id, items, parsed, latency_ms,
-                                after=after)
+        return write_answers_in(conn, *args, **kw)
 
 
 def write_answers_in(
