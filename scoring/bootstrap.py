@@ -84,7 +84,8 @@ class Bootstrap:
             vals = diff[qs, ks]
         else:
             qs, ks, vals = steps
-        cols, first = np.unique(ks, return_index=True)
+        first = np.flatnonzero(np.diff(ks, prepend=-1))  # each column's first change
+        cols = ks[first]
         ends = np.append(first[1:], len(ks))
         v_first = vals[first]
         if np.array_equal(vals, np.repeat(v_first, ends - first)):
@@ -124,10 +125,28 @@ class Bootstrap:
 
     def row_bounds(self, boot_means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The percentile interval of each row of (columns × resamples) boot means, e.g.
-        :meth:`step_means`' rows: the numbers :meth:`interval` takes from a column."""
+        :meth:`step_means`' rows: the numbers :meth:`interval` takes from a column.
+
+        ``np.percentile``'s linear method, computed the same way from the same two order
+        statistics (so the same floats), with one partition of the rows, in place: the
+        rows' order is not kept.
+        """
         alpha = (1.0 - self.ci) / 2.0
-        lo, hi = np.percentile(boot_means, [100 * alpha, 100 * (1 - alpha)], axis=1)
-        return lo, hi
+        q = np.true_divide([100 * alpha, 100 * (1 - alpha)], 100)
+        count = boot_means.shape[1]
+        virtual = (count - 1) * q
+        below = np.floor(virtual)
+        if count < 2 or not (0 <= below).all() or not (virtual < count - 1).all() or np.isnan(boot_means).any():
+            lo, hi = np.percentile(boot_means, [100 * alpha, 100 * (1 - alpha)], axis=1)
+            return lo, hi
+        gamma = (virtual - below)[:, None]
+        i_lo = below.astype(np.intp)
+        boot_means.partition(sorted({*i_lo.tolist(), *(i_lo + 1).tolist()}), axis=1)
+        a, b = boot_means[:, i_lo].T, boot_means[:, i_lo + 1].T
+        diff = b - a  # numpy's _lerp: from the nearer order statistic
+        out = a + diff * gamma
+        np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+        return out[0], out[1]
 
     def row_means(self, x: np.ndarray) -> np.ndarray:
         """``means(x).T`` for x (n × m), laid out for :meth:`row_bounds`: (m × resamples)."""
