@@ -38,6 +38,7 @@ _FAMILIES: dict[str, Callable[[Curves, int], np.ndarray]] = {
     "covered_paper": lambda c, k: c.covered_paper[:, k - 1],
 }
 _WHOLE_LIST: dict[str, Callable[[Curves], np.ndarray]] = {"MRR": lambda c: c.rr, "MAP": lambda c: c.ap}
+_WHOLE_FIELD = {"MRR": "rr", "MAP": "ap"}
 _ALIASES = {
     "ndcg": "nDCG", "ndcg_cut": "nDCG", "r": "R", "recall": "R", "p": "P", "precision": "P",
     "success": "Success", "covered": "Covered", "covered_strict": "Covered", "covered_paper": "covered_paper",
@@ -114,6 +115,12 @@ def summarize(curves: Curves, boot: Bootstrap, names: Sequence[str], cap: int | 
             lo[j], hi[j] = c_lo[k - 1], c_hi[k - 1]
         else:
             dense.append(j)
+    sparse = [j for j in dense if _WHOLE_FIELD.get(canonical(live[j])[0]) in (curves.steps or {})]
+    dense = [j for j in dense if j not in sparse]
+    if sparse:  # RR / AP with one unit: through the R@k columns' count sums
+        assert curves.steps is not None
+        rows = np.stack([boot.sparse_means(curves.steps[_WHOLE_FIELD[canonical(live[j])[0]]]) for j in sparse])
+        lo[sparse], hi[sparse] = boot.row_bounds(rows)
     if dense:  # one (n × metrics) matrix: a single resampling product for the rest
         lo[dense], hi[dense] = boot.row_bounds(boot.row_means(x[:, dense]))
     for j, name in enumerate(live):
@@ -122,9 +129,12 @@ def summarize(curves: Curves, boot: Bootstrap, names: Sequence[str], cap: int | 
 
 
 def _capped(values: np.ndarray, cap: int | None) -> list[float | None]:
-    out = np.asarray(values, dtype=np.float64).tolist()
+    arr = np.asarray(values, dtype=np.float64)
+    out = arr.tolist()
     if cap is not None:
         out[max(cap, 0):] = [None] * (len(out) - max(cap, 0))
+    if not np.isnan(arr).any():
+        return out
     return [None if v is None or math.isnan(v) else v for v in out]
 
 

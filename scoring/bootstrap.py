@@ -84,6 +84,24 @@ class Bootstrap:
             vals = diff[qs, ks]
         else:
             qs, ks, vals = steps
+        cols, sums = self._step_sums(qs, ks, vals)
+        rows = np.empty((len(cols) + 1, self.resamples))  # row 0: before any change
+        rows[0] = 0.0
+        for g in range(len(cols)):  # running sums; faster than np.cumsum over axis 0
+            np.add(rows[g], sums[g], out=rows[g + 1])
+        rows /= self.n
+        at = np.searchsorted(cols, np.arange(k_max), side="right")  # row holding column k
+        return rows, at
+
+    def sparse_means(self, steps: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        """``means(x)`` of a per-query array x that is ``vals`` at queries ``qs`` and 0 elsewhere,
+        given as :meth:`step_means`' steps (queries, columns, values): e.g. RR = 1/rank,
+        constant within the columns where R@k changes, so it shares their count sums."""
+        _, sums = self._step_sums(*steps)
+        return sums.sum(axis=0) / self.n
+
+    def _step_sums(self, qs: np.ndarray, ks: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(columns, Σ vals[q] · W[:, q] over each column's changes): (G,), (G × resamples)."""
         first = np.flatnonzero(np.diff(ks, prepend=-1))  # each column's first change
         cols = ks[first]
         ends = np.append(first[1:], len(ks))
@@ -94,19 +112,15 @@ class Bootstrap:
             sums = self._column_counts(qs, ks, first, ends)
             if not (v_first == 1.0).all():
                 sums = sums * v_first[:, None]
-        else:
-            sums = np.empty((len(cols), self.resamples))
-            wq = self._weights_by_query
-            for g, (a, b) in enumerate(zip(first.tolist(), ends.tolist())):
-                sums[g] = 0.0
-                for c in range(a, b, _STEP_CHUNK):  # this column's changes, summed over the resamples
-                    d = min(c + _STEP_CHUNK, b)
-                    sums[g] += np.einsum("q,qr->r", vals[c:d], wq[qs[c:d]])
-        rows = np.zeros((len(cols) + 1, self.resamples))  # row 0: before any change
-        np.cumsum(sums, axis=0, out=rows[1:])
-        rows /= self.n
-        at = np.searchsorted(cols, np.arange(k_max), side="right")  # row holding column k
-        return rows, at
+            return cols, sums
+        sums = np.empty((len(cols), self.resamples))
+        wq = self._weights_by_query
+        for g, (a, b) in enumerate(zip(first.tolist(), ends.tolist())):
+            sums[g] = 0.0
+            for c in range(a, b, _STEP_CHUNK):  # this column's changes, summed over the resamples
+                d = min(c + _STEP_CHUNK, b)
+                sums[g] += np.einsum("q,qr->r", vals[c:d], wq[qs[c:d]])
+        return cols, sums
 
     def _column_counts(self, qs: np.ndarray, ks: np.ndarray, first: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Σ W[:, q] over the queries changing in each column (columns × resamples), kept for

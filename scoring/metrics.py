@@ -195,7 +195,8 @@ class Curves:
     ap: np.ndarray  # (n,)
     pr: np.ndarray  # (n, 11) interpolated precision at recall 0, 0.1, …, 1
     # Where recall / ndcg change, when known without a scan: {name: (queries, k − 1, change)},
-    # sorted by k then query, as Bootstrap.step_means would find them.
+    # sorted by k then query, as Bootstrap.step_means would find them; rr / ap: their
+    # nonzero values, grouped the same way (Bootstrap.sparse_means).
     steps: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = field(default=None, repr=False, compare=False)
     # Intervals of a curve, computed once per bootstrap (scoring.aggregate); not data.
     boot_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -242,7 +243,7 @@ def per_query_curves(qm: QueryMatrix, k_max: int = K_MAX) -> Curves:
         recall = h
         precision = h / ks[None, :]
         ndcg = np.where(reached, disc[p][:, None], 0.0)
-        covered = h.copy()
+        covered = h.copy()  # own arrays: covered_paper may share this one (no routes)
         cpos, cfound = pos, found
         qs = np.flatnonzero(found[:, 0])
         qs = qs[np.argsort(p[qs], kind="stable")]
@@ -273,10 +274,11 @@ def per_query_curves(qm: QueryMatrix, k_max: int = K_MAX) -> Curves:
         steps = None
 
     # Covered (paper): per route, all its units found by k ⇔ the route's max position ≤ k.
-    covered_paper = covered.copy()
+    covered_paper = covered
     multi = (qm.kinds == 1) | (qm.kinds == 2)
     has_routes = multi.any(axis=1)
     if has_routes.any():
+        covered_paper = covered.copy()
         big = k_max + 1
         pos_inf = np.where(found, pos, big)
         covered_paper[has_routes] = 0.0
@@ -298,6 +300,9 @@ def per_query_curves(qm: QueryMatrix, k_max: int = K_MAX) -> Curves:
     ap = np.where(ok, js / np.where(ok, sorted_pos, 1), 0.0).sum(axis=1) / qm.sizes
 
     pr = _interpolated_pr(pos, found, cpos, cfound, sizes, precision, k_max)
+    if steps is not None:  # RR = AP = 1/rank with one unit: nonzero where R@k steps up
+        qs, at, _ = steps["recall"]
+        steps["rr"], steps["ap"] = (qs, at, rr[qs]), (qs, at, ap[qs])
     return Curves(k_max, recall, precision, ndcg, covered, covered_paper, rr, ap, pr, steps)
 
 

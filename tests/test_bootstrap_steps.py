@@ -170,3 +170,14 @@ def test_table_cis_are_the_curve_bands_and_match_the_dense_bootstrap(multi):
     assert capped["R_lo"][9] is not None and capped["R_lo"][10] is None
     other = Bootstrap.draw(n, seed=1)
     assert agg.curve_block(c, other, None, multi)["R_lo"] == pytest.approx(other.interval(c.recall)[0].tolist(), abs=1e-13)
+
+
+def test_sparse_means_of_rr_and_ap():
+    n = 500
+    c = per_query_curves(single_gold(n, 8))
+    boot = Bootstrap.draw(n)
+    for field in ("rr", "ap"):
+        qs, ks, vals = c.steps[field]
+        x = getattr(c, field)
+        assert np.array_equal(vals, x[qs]) and not x[np.setdiff1d(np.arange(n), qs)].any()
+        assert np.abs(boot.sparse_means(c.steps[field]) - dense_means(boot, x)).max() < 1e-13
