@@ -107,21 +107,22 @@ def summarize(curves: Curves, boot: Bootstrap, names: Sequence[str], cap: int | 
         return out
     x = np.column_stack([per_query(curves, name) for name in live])
     lo, hi = np.empty(len(live)), np.empty(len(live))
-    dense = []
+    steps = curves.steps or {}
+    sparse: list[tuple[int, str]] = []  # RR / AP known by their nonzero values
+    dense: list[int] = []  # the rest: one (n × metrics) resampling product
     for j, name in enumerate(live):
         fam, k = canonical(name)
         if fam in _STEP_CURVES:
             c_lo, c_hi = _step_bounds(curves, boot, _STEP_CURVES[fam])
             lo[j], hi[j] = c_lo[k - 1], c_hi[k - 1]
+        elif _WHOLE_FIELD.get(fam) in steps:
+            sparse.append((j, _WHOLE_FIELD[fam]))
         else:
             dense.append(j)
-    sparse = [j for j in dense if _WHOLE_FIELD.get(canonical(live[j])[0]) in (curves.steps or {})]
-    dense = [j for j in dense if j not in sparse]
-    if sparse:  # RR / AP with one unit: through the R@k columns' count sums
-        assert curves.steps is not None
-        rows = np.stack([boot.sparse_means(curves.steps[_WHOLE_FIELD[canonical(live[j])[0]]]) for j in sparse])
-        lo[sparse], hi[sparse] = boot.row_bounds(rows)
-    if dense:  # one (n × metrics) matrix: a single resampling product for the rest
+    if sparse:
+        idx = [j for j, _ in sparse]
+        lo[idx], hi[idx] = boot.row_bounds(np.stack([boot.sparse_means(steps[f]) for _, f in sparse]))
+    if dense:
         lo[dense], hi[dense] = boot.row_bounds(boot.row_means(x[:, dense]))
     for j, name in enumerate(live):
         out[name] = {"value": _f(x[:, j].mean()), "ci": [_f(lo[j]), _f(hi[j])]}

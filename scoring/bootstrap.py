@@ -7,7 +7,7 @@ resample is stored as a count matrix W (resamples × queries): the mean of a per
 array x over resample b is (W @ x)[b] / n, which handles a whole curve (n × 200) in one
 matrix product instead of materialising 1000 copies of it. A curve whose values change at
 few k per query (R@k, nDCG@k) is resampled through its step points instead
-(:meth:`Bootstrap.step_interval`).
+(:meth:`Bootstrap.step_means`), with no threaded BLAS call on the way.
 """
 
 from __future__ import annotations

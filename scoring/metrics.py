@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 

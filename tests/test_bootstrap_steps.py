@@ -169,7 +169,8 @@ def test_table_cis_are_the_curve_bands_and_match_the_dense_bootstrap(multi):
     capped = agg.curve_block(c, boot, 10, multi)
     assert capped["R_lo"][9] is not None and capped["R_lo"][10] is None
     other = Bootstrap.draw(n, seed=1)
-    assert agg.curve_block(c, other, None, multi)["R_lo"] == pytest.approx(other.interval(c.recall)[0].tolist(), abs=1e-13)
+    want = other.interval(c.recall)[0].tolist()
+    assert agg.curve_block(c, other, None, multi)["R_lo"] == pytest.approx(want, abs=1e-13)
 
 
 def test_sparse_means_of_rr_and_ap():
