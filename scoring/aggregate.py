@@ -38,6 +38,7 @@ _FAMILIES: dict[str, Callable[[Curves, int], np.ndarray]] = {
     "covered_paper": lambda c, k: c.covered_paper[:, k - 1],
 }
 _WHOLE_LIST: dict[str, Callable[[Curves], np.ndarray]] = {"MRR": lambda c: c.rr, "MAP": lambda c: c.ap}
+_WHOLE_FIELD = {"MRR": "rr", "MAP": "ap"}
 _ALIASES = {
     "ndcg": "nDCG", "ndcg_cut": "nDCG", "r": "R", "recall": "R", "p": "P", "precision": "P",
     "success": "Success", "covered": "Covered", "covered_strict": "Covered", "covered_paper": "covered_paper",
@@ -83,31 +84,69 @@ def _f(x: Any) -> float | None:
     return None if math.isnan(x) else x
 
 
+# Curves whose intervals are read through their steps (Bootstrap.step_means), once per
+# bootstrap: the table's R@k / nDCG@k and the curves' bands are the same numbers.
+_STEP_CURVES = {"R": "recall", "nDCG": "ndcg"}
+
+
+def _step_bounds(curves: Curves, boot: Bootstrap, field: str) -> tuple[np.ndarray, np.ndarray]:
+    """The percentile interval at every k of one curve, cached on the curves per bootstrap."""
+    hit = curves.boot_cache.get(field)
+    if hit is None or hit[0] is not boot:
+        rows, at = boot.step_means(getattr(curves, field), (curves.steps or {}).get(field))
+        lo, hi = boot.row_bounds(rows)
+        hit = curves.boot_cache[field] = (boot, lo[at], hi[at])
+    return hit[1], hit[2]
+
+
 def summarize(curves: Curves, boot: Bootstrap, names: Sequence[str], cap: int | None) -> dict[str, dict[str, Any]]:
     """{name: {"value": mean, "ci": [lo, hi]}} with None above the cap."""
     out: dict[str, dict[str, Any]] = {name: {"value": None, "ci": None} for name in names}
     live = [name for name in names if defined(name, cap)]
     if not live or boot.n == 0:
         return out
-    # One (n × metrics) matrix: a single resampling product instead of one per metric.
     x = np.column_stack([per_query(curves, name) for name in live])
-    lo, hi = boot.interval(x)
+    lo, hi = np.empty(len(live)), np.empty(len(live))
+    steps = curves.steps or {}
+    sparse: list[tuple[int, str]] = []  # RR / AP known by their nonzero values
+    dense: list[int] = []  # the rest: one (n × metrics) resampling product
+    for j, name in enumerate(live):
+        fam, k = canonical(name)
+        if fam in _STEP_CURVES:
+            c_lo, c_hi = _step_bounds(curves, boot, _STEP_CURVES[fam])
+            lo[j], hi[j] = c_lo[k - 1], c_hi[k - 1]
+        elif _WHOLE_FIELD.get(fam) in steps:
+            sparse.append((j, _WHOLE_FIELD[fam]))
+        else:
+            dense.append(j)
+    if sparse:
+        idx = [j for j, _ in sparse]
+        lo[idx], hi[idx] = boot.row_bounds(np.stack([boot.sparse_means(steps[f]) for _, f in sparse]))
+    if dense:
+        lo[dense], hi[dense] = boot.row_bounds(boot.row_means(x[:, dense]))
     for j, name in enumerate(live):
         out[name] = {"value": _f(x[:, j].mean()), "ci": [_f(lo[j]), _f(hi[j])]}
     return out
 
 
 def _capped(values: np.ndarray, cap: int | None) -> list[float | None]:
-    return [(_f(v) if cap is None or k <= cap else None) for k, v in enumerate(values, start=1)]
+    arr = np.asarray(values, dtype=np.float64)
+    out = arr.tolist()
+    if cap is not None:
+        out[max(cap, 0):] = [None] * (len(out) - max(cap, 0))
+    if not np.isnan(arr).any():
+        return out
+    return [None if v is None or math.isnan(v) else v for v in out]
 
 
 def curve_block(curves: Curves, boot: Bootstrap, cap: int | None, multi_gold: bool) -> dict[str, Any]:
     """Full curves k = 1 … k_max with CI bands for R and nDCG; P and Covered on multi-gold tasks."""
     n = boot.n
     out: dict[str, Any] = {"k": list(range(1, curves.k_max + 1))}
-    for key, arr in (("R", curves.recall), ("nDCG", curves.ndcg)):
+    for key, field in _STEP_CURVES.items():
+        arr = getattr(curves, field)
         mean = arr.mean(axis=0) if n else np.full(curves.k_max, np.nan)
-        lo, hi = boot.interval(arr)
+        lo, hi = _step_bounds(curves, boot, field) if n else boot.interval(arr)
         out[key], out[f"{key}_lo"], out[f"{key}_hi"] = _capped(mean, cap), _capped(lo, cap), _capped(hi, cap)
     if multi_gold:
         for key, arr in (("P", curves.precision), ("Covered", curves.covered), ("Covered_paper", curves.covered_paper)):

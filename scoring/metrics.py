@@ -23,8 +23,8 @@ coincide, so ``credit=None`` means "the found unit positions".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -193,6 +193,12 @@ class Curves:
     rr: np.ndarray  # (n,)
     ap: np.ndarray  # (n,)
     pr: np.ndarray  # (n, 11) interpolated precision at recall 0, 0.1, …, 1
+    # Where recall / ndcg change, when known without a scan: {name: (queries, k − 1, change)},
+    # sorted by k then query, as Bootstrap.step_means would find them; rr / ap: their
+    # nonzero values, grouped the same way (Bootstrap.sparse_means).
+    steps: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = field(default=None, repr=False, compare=False)
+    # Intervals of a curve, computed once per bootstrap (scoring.aggregate); not data.
+    boot_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def at(self, name: str, k: int) -> np.ndarray:
         return getattr(self, name)[:, k - 1]
@@ -225,36 +231,53 @@ def per_query_curves(qm: QueryMatrix, k_max: int = K_MAX) -> Curves:
     found = pos > 0
     ks = np.arange(1, k_max + 1, dtype=np.float64)
     disc = _discounts(k_max)
-
-    # Histogram of found positions per query, then cumulative sums give h(k) and DCG@k.
-    rows = np.broadcast_to(np.arange(n)[:, None], pos.shape)
-    counts = np.zeros((n, k_max + 1), dtype=np.float64)
-    np.add.at(counts, (rows[found], pos[found]), 1.0)
-    h = np.cumsum(counts[:, 1:], axis=1)  # (n, k_max)
-    # Precision-type figures count credited rows (h₁); identical to h for disjoint units.
-    if qm.credit is None:
-        cpos, cfound, h1, ccounts = pos, found, h, counts
-    else:
-        cpos = np.where((qm.credit >= 1) & (qm.credit <= k_max) & valid, qm.credit, 0)
-        cfound = cpos > 0
-        ccounts = np.zeros((n, k_max + 1), dtype=np.float64)
-        np.add.at(ccounts, (rows[cfound], cpos[cfound]), 1.0)
-        h1 = np.cumsum(ccounts[:, 1:], axis=1)
-    dcg = np.cumsum(ccounts[:, 1:] * disc[1:][None, :], axis=1)
-    ideal = np.cumsum(disc)  # ideal[m] = Σ_{i=1}^{m} 1/log2(i+1)
-    idcg = ideal[np.minimum(ks.astype(np.int64)[None, :], qm.sizes[:, None])]
-
     sizes = qm.sizes[:, None].astype(np.float64)
-    recall = h / sizes
-    precision = h1 / ks[None, :]
-    ndcg = dcg / idcg
-    covered = (h == sizes).astype(np.float64)
+
+    if width == 1 and qm.credit is None and (qm.sizes == 1).all():
+        # One gold unit per query (most tasks): h(k) = [pos ≤ k], DCG@k = [pos ≤ k] / log₂(pos + 1)
+        # and IDCG@k = 1, so the curves are comparisons, not cumulative sums (same numbers).
+        p = pos[:, 0]
+        reached = np.where(found[:, 0], p, k_max + 1)[:, None] <= np.arange(1, k_max + 1)[None, :]
+        h = reached.astype(np.float64)
+        recall = h
+        precision = h / ks[None, :]
+        ndcg = np.where(reached, disc[p][:, None], 0.0)
+        covered = h.copy()  # own arrays: covered_paper may share this one (no routes)
+        cpos, cfound = pos, found
+        qs = np.flatnonzero(found[:, 0])
+        qs = qs[np.argsort(p[qs], kind="stable")]
+        at = p[qs] - 1
+        steps = {"recall": (qs, at, np.ones(len(qs))), "ndcg": (qs, at, disc[p[qs]])}
+    else:
+        # Histogram of found positions per query, then cumulative sums give h(k) and DCG@k.
+        rows = np.broadcast_to(np.arange(n)[:, None], pos.shape)
+        counts = np.zeros((n, k_max + 1), dtype=np.float64)
+        np.add.at(counts, (rows[found], pos[found]), 1.0)
+        h = np.cumsum(counts[:, 1:], axis=1)  # (n, k_max)
+        # Precision-type figures count credited rows (h₁); identical to h for disjoint units.
+        if qm.credit is None:
+            cpos, cfound, h1, ccounts = pos, found, h, counts
+        else:
+            cpos = np.where((qm.credit >= 1) & (qm.credit <= k_max) & valid, qm.credit, 0)
+            cfound = cpos > 0
+            ccounts = np.zeros((n, k_max + 1), dtype=np.float64)
+            np.add.at(ccounts, (rows[cfound], cpos[cfound]), 1.0)
+            h1 = np.cumsum(ccounts[:, 1:], axis=1)
+        dcg = np.cumsum(ccounts[:, 1:] * disc[1:][None, :], axis=1)
+        ideal = np.cumsum(disc)  # ideal[m] = Σ_{i=1}^{m} 1/log2(i+1)
+        idcg = ideal[np.minimum(ks.astype(np.int64)[None, :], qm.sizes[:, None])]
+        recall = h / sizes
+        precision = h1 / ks[None, :]
+        ndcg = dcg / idcg
+        covered = (h == sizes).astype(np.float64)
+        steps = None
 
     # Covered (paper): per route, all its units found by k ⇔ the route's max position ≤ k.
-    covered_paper = covered.copy()
+    covered_paper = covered
     multi = (qm.kinds == 1) | (qm.kinds == 2)
     has_routes = multi.any(axis=1)
     if has_routes.any():
+        covered_paper = covered.copy()
         big = k_max + 1
         pos_inf = np.where(found, pos, big)
         covered_paper[has_routes] = 0.0
@@ -275,9 +298,33 @@ def per_query_curves(qm: QueryMatrix, k_max: int = K_MAX) -> Curves:
     ok = sorted_pos <= k_max
     ap = np.where(ok, js / np.where(ok, sorted_pos, 1), 0.0).sum(axis=1) / qm.sizes
 
-    levels = np.asarray(PR_LEVELS)
-    pr = np.empty((n, len(levels)))
-    for i, r in enumerate(levels):
-        pr[:, i] = np.where(recall >= r - _EPS, precision, 0.0).max(axis=1)
+    pr = _interpolated_pr(pos, found, cpos, cfound, sizes, precision, k_max)
+    if steps is not None:  # RR = AP = 1/rank with one unit: nonzero where R@k steps up
+        qs, at, _ = steps["recall"]
+        steps["rr"], steps["ap"] = (qs, at, rr[qs]), (qs, at, ap[qs])
+    return Curves(k_max, recall, precision, ndcg, covered, covered_paper, rr, ap, pr, steps)
 
-    return Curves(k_max, recall, precision, ndcg, covered, covered_paper, rr, ap, pr)
+
+def _interpolated_pr(pos: np.ndarray, found: np.ndarray, cpos: np.ndarray, cfound: np.ndarray,
+                     sizes: np.ndarray, precision: np.ndarray, k_max: int) -> np.ndarray:
+    """P_interp(r) = max_{k: R@k ≥ r} P@k per query and level, 0 where r is unreachable.
+
+    R@k = h(k)/|G| only grows, so the k with R@k ≥ r are a suffix [k_r, k_max], where k_r is
+    the rank of the m-th found unit, m the fewest hits with m/|G| ≥ r (k_r = 1 for m = 0).
+    Between two credited ranks h₁ is constant and h₁/k falls, so the suffix's largest P@k
+    is at k_r or at a credited rank ≥ k_r: the same maximum as over every k.
+    """
+    n, width = pos.shape
+    levels = np.asarray(PR_LEVELS)
+    m = np.arange(width + 1, dtype=np.float64)
+    enough = (m[None, :, None] / sizes[:, :, None]) >= (levels[None, None, :] - _EPS)  # (n, width+1, levels)
+    need = enough.argmax(axis=1)  # fewest hits reaching each level
+    reachable = enough.any(axis=1) & (need <= found.sum(axis=1)[:, None])
+    upos = np.sort(np.where(found, pos, k_max + 1), axis=1)
+    k_r = np.where(need == 0, 1, np.take_along_axis(upos, np.maximum(need - 1, 0), axis=1))
+    k_r = np.where(reachable, k_r, 1)
+    best = np.take_along_axis(precision, k_r - 1, axis=1)  # (n, levels)
+    at_credit = np.take_along_axis(precision, np.maximum(cpos - 1, 0), axis=1)  # (n, width)
+    later = cfound[:, :, None] & (cpos[:, :, None] >= k_r[:, None, :])  # (n, width, levels)
+    best = np.maximum(best, np.where(later, at_credit[:, :, None], 0.0).max(axis=1))
+    return np.where(reachable, best, 0.0)
