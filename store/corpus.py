@@ -15,7 +15,6 @@ import queue
 import re
 import threading
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from operator import is_not, itemgetter
@@ -349,16 +348,17 @@ def _decl_values_general(obj: Any, corpus_id: int, row: int, display: str, linen
 
 
 # PostgreSQL COPY text format: a field's backslash, newline, carriage return and tab are
-# escaped; NULL is \N.
+# escaped; NULL is \N. psycopg's write_row refuses a NUL in a text field, and so do we.
 _COPY_SPECIAL = re.compile("[\\\\\n\r\t\x00]")
-_COPY_NUL_MESSAGE = "PostgreSQL text fields cannot contain NUL (0x00) bytes"  # what psycopg's write_row says
+
+
+class _NulInText(Exception):
+    """A text field holds NUL; raised as psycopg's DataError once the batch is read."""
 
 
 def _copy_escape(s: str) -> str:
     if "\x00" in s:
-        import psycopg
-
-        raise psycopg.DataError(_COPY_NUL_MESSAGE)
+        raise _NulInText
     return s.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
@@ -367,9 +367,7 @@ def _copy_line(values: tuple, plain: bool) -> str:
     if plain:  # no backslash in the source line: no string here has a special character
         fields = ["\\N" if v is None else v for v in values[2:]]
     else:
-        fields = [
-            "\\N" if v is None else _copy_escape(v) if _COPY_SPECIAL.search(v) else v for v in values[2:]
-        ]
+        fields = ["\\N" if v is None else _copy_escape(v) if _COPY_SPECIAL.search(v) else v for v in values[2:]]
     return f"{values[0]}\t{values[1]}\t" + "\t".join(fields) + "\n"
 
 
@@ -395,8 +393,14 @@ def _iter_batches(
     batch: list[tuple] = []
     lines: list[str] = []
 
+    nul_in_text = False
+
     def flush() -> tuple[Any, int]:
         nonlocal batch, lines
+        if nul_in_text:  # where write_row raised it: writing the batch, after reading it all
+            import psycopg
+
+            raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
         # Tuple positions in _DECL_COLUMNS: 2 full_name, 5 kind.
         kinds.update(v[5] or "" for v in batch)
         names.update(map(_FULL_NAME, batch))
@@ -428,7 +432,10 @@ def _iter_batches(
                     unknown_counts[unknown] = unknown_counts.get(unknown, 0) + 1
                 batch.append(values)
                 if copy:
-                    lines.append(_copy_line(values, plain))
+                    try:
+                        lines.append(_copy_line(values, plain))
+                    except _NulInText:
+                        nul_in_text = True
                 if len(batch) >= batch_rows:
                     yield flush()
     except (OSError, EOFError, UnicodeDecodeError) as exc:
@@ -502,21 +509,24 @@ def _insert_sql(conn: sa.Connection) -> str:
     )
 
 
-@contextmanager
-def _bulk_writer(conn: sa.Connection) -> Iterator[Callable[[Any], None]]:
-    """A function taking batches from :func:`_iter_batches`: on PostgreSQL one COPY for
-    the whole load, fed preformatted text (per-row ``write_row`` and a COPY per batch cost
-    more than the server's own work); on SQLite executemany straight to the driver (the
-    ORM/Core per-row parameter processing cost three times the SQLite insert itself on a
-    310k-row load, perf/corpus_load.py)."""
+def _bulk_inserter(conn: sa.Connection) -> Callable[[Any], None]:
+    """A function taking batches from :func:`_iter_batches`: on PostgreSQL a COPY per
+    batch fed preformatted text (``write_row`` per row cost more than the server's own
+    work; a COPY per batch, as before, reports a bad value at the batch that holds it);
+    on SQLite executemany straight to the driver (the ORM/Core per-row parameter
+    processing cost three times the SQLite insert itself on a 310k-row load,
+    perf/corpus_load.py)."""
     if conn.dialect.name == "postgresql":
         cursor = conn.connection.driver_connection.cursor()
         quote = conn.dialect.identifier_preparer.quote
-        with cursor.copy(f"COPY declarations ({', '.join(quote(c) for c in _DECL_COLUMNS)}) FROM STDIN") as cp:
-            yield cp.write
-        return
+        copy_sql = f"COPY declarations ({', '.join(quote(c) for c in _DECL_COLUMNS)}) FROM STDIN"
+
+        def copy(text: str) -> None:
+            with cursor.copy(copy_sql) as cp:
+                cp.write(text)
+        return copy
     sql = _insert_sql(conn)
-    yield lambda batch: conn.exec_driver_sql(sql, batch)
+    return lambda batch: conn.exec_driver_sql(sql, batch)
 
 
 def load_corpus(
@@ -563,13 +573,13 @@ def load_corpus(
         ).scalar_one()
         copy = conn.dialect.name == "postgresql"
         reader = _Reader(_iter_batches(source.path, source.display, corpus_id, copy, tally))
+        insert_rows = _bulk_inserter(conn)
         try:
-            with _bulk_writer(conn) as write:
-                for batch, count in reader:
-                    write(batch)
-                    n += count
-                    if progress:
-                        progress(n)
+            for batch, count in reader:
+                insert_rows(batch)
+                n += count
+                if progress:
+                    progress(n)
         finally:
             reader.close()
         if n == 0:
