@@ -219,3 +219,30 @@ def test_nul_in_text_is_refused_as_write_row_did(pg_url, write_jsonl) -> None:
             assert conn.exec_driver_sql("SELECT count(*) FROM declarations").scalar() == 0
     finally:
         db.dispose()
+
+
+def test_sqlite_name_index_is_dropped_and_rebuilt_inside_the_transaction(db, write_jsonl) -> None:
+    """A load into an empty SQLite table builds the (corpus_id, full_name) index after the
+    rows; a failed load gives the index back with everything else."""
+    query = "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'ix_declarations_corpus_id_full_name'"
+    with db.engine.connect() as conn:
+        made = conn.exec_driver_sql(query).scalar()
+    assert made and "full_name" in made
+    good = [json.dumps({"name": ["N", f"t{i}"], "kind": "theorem"}) for i in range(BATCH_ROWS + 10)]
+    with pytest.raises(InputError, match="invalid JSON"):
+        load_corpus(db, str(write_jsonl(good + ["{oops"], "bad.jsonl")), name="bad")
+    with db.engine.connect() as conn:
+        assert conn.exec_driver_sql(query).scalar() == made
+        assert conn.exec_driver_sql("SELECT count(*) FROM declarations").scalar() == 0
+    first = load_corpus(db, str(write_jsonl(good, "a.jsonl")), name="a")
+    second = load_corpus(db, str(write_jsonl(good[:30], "b.jsonl")), name="b")  # table not empty: kept as is
+    with db.engine.connect() as conn:
+        assert conn.exec_driver_sql(query).scalar() == made
+        assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
+        plan = " ".join(str(r) for r in conn.exec_driver_sql(
+            "EXPLAIN QUERY PLAN SELECT id FROM declarations WHERE corpus_id = 1 AND full_name = 'N.t7'").all())
+        assert "ix_declarations_corpus_id_full_name" in plan
+        by_index = conn.exec_driver_sql(
+            "SELECT corpus_id, row FROM declarations WHERE full_name = 'N.t7' AND corpus_id IN (?, ?) ORDER BY corpus_id",
+            (first.corpus_id, second.corpus_id)).all()
+    assert by_index == [(first.corpus_id, 7), (second.corpus_id, 7)]
