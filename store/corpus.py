@@ -11,9 +11,14 @@ import gzip
 import hashlib
 import io
 import json
+import queue
 import re
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import chain
+from operator import is_not, itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -37,6 +42,7 @@ KNOWN_KEYS = (
     "docstring",
 )
 BATCH_ROWS = 5000
+_SQLITE_ROWS_PER_INSERT = 500
 LOCAL_REVISION = "local"
 HF_PATTERN = re.compile(r"^hf://(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<rev>[^/\s]+))?(?:/(?P<path>\S+))?$")
 
@@ -205,15 +211,113 @@ _KNOWN = frozenset(KNOWN_KEYS)
 # which was a fifth of a 250k-row load.
 _ENCODE = json.JSONEncoder(ensure_ascii=False).encode
 _NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
+# json's own string encoder (C) and its C object encoder with json.dumps' settings, built
+# once: JSONEncoder.encode builds that encoder anew on every call. Without circular checks
+# (markers None), which parsed JSON never needs. Same output as _ENCODE.
+_ENCODE_STR = json.encoder.encode_basestring
+_C_ENCODER = (
+    json.encoder.c_make_encoder(None, None, _ENCODE_STR, None, ": ", ", ", False, False, True)
+    if json.encoder.c_make_encoder is not None and _ENCODE_STR is json.encoder.c_encode_basestring
+    else None
+)
+_KNOWN_ORDER = ("name", "module_name", *_TEXT_KEYS)
+_FULL_NAME = itemgetter(2)
+_SCAN_ONCE = json.decoder.JSONDecoder().scan_once  # what json.loads runs, without its Python layers
+_not_none = partial(is_not, None)
 
 
-def _decl_values(obj: Any, corpus_id: int, row: int, display: str, lineno: int) -> tuple[tuple, Any]:
+def _encode(obj: Any) -> str:
+    return "".join(_C_ENCODER(obj, 0)) if _C_ENCODER is not None else _ENCODE(obj)
+
+
+class _Shape:
+    """What a row's key order implies, worked out once per distinct key order: when all
+    known keys are there, one C getter for them (in ``_KNOWN_ORDER``) and then the unknown
+    keys; the unknown keys (``extra``) in order, and the ``extra`` JSON with holes for the
+    encoded values."""
+
+    __slots__ = ("get", "unknown", "extra_fmt")
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.unknown = tuple(k for k in keys if k not in _KNOWN) or None
+        self.get = itemgetter(*_KNOWN_ORDER, *(self.unknown or ())) if _KNOWN.issubset(keys) else None
+        self.extra_fmt = (
+            "{" + ", ".join(_ENCODE_STR(k).replace("%", "%%") + ": %s" for k in self.unknown) + "}"
+            if self.unknown else None
+        )
+
+
+_SHAPES: dict[tuple[str, ...], _Shape] = {}
+_MAX_SHAPES = 1024
+
+
+def _shape(keys: tuple[str, ...]) -> _Shape:
+    shape = _SHAPES.get(keys)
+    if shape is None:
+        shape = _Shape(keys)
+        if len(_SHAPES) < _MAX_SHAPES:
+            _SHAPES[keys] = shape
+    return shape
+
+
+def _encode_value(v: Any) -> str:
+    return _ENCODE_STR(v) if type(v) is str else int.__repr__(v) if type(v) is int else _encode(v)
+
+
+def _decl_values(
+    obj: Any, corpus_id: int, row: int, display: str, lineno: int, plain: bool = False
+) -> tuple[tuple, Any]:
     """One JSON object → the ``_DECL_COLUMNS`` tuple (JSON columns already encoded) and
-    the row's unknown keys (None when there are none).
+    the row's unknown keys in order (None when there are none).
 
-    The same row as :func:`parse_row` (which this falls back to for anything unusual,
-    and for its error messages) without the intermediate dict.
+    The same row as :func:`parse_row` without the intermediate dict, for rows with every
+    known key, a list name of non-empty strings and a list, string or null module; any
+    other row goes through :func:`_decl_values_general` (and its errors through parse_row).
+    ``plain``: the source line has no backslash, so no string in it needs a JSON escape.
     """
+    if type(obj) is dict and _C_ENCODER is not None:
+        keys = tuple(obj)
+        shape = _SHAPES.get(keys) or _shape(keys)
+        get = shape.get
+        if get is not None:
+            vals = get(obj)
+            name, module, texts = vals[0], vals[1], vals[2:9]
+            full_name = None
+            if type(name) is list and name and "" not in name:
+                try:
+                    full_name = ".".join(name)  # TypeError unless every component is a string
+                except TypeError:
+                    pass
+            if full_name is not None and (module is None or type(module) is str or type(module) is list):
+                try:
+                    "".join(filter(_not_none, texts))  # TypeError unless each is None or a string
+                except TypeError:
+                    texts = [v if v is None or type(v) is str else _encode(v) for v in texts]
+                if type(module) is list:
+                    try:
+                        module = ".".join(module)
+                    except TypeError:
+                        module = ".".join(str(p) for p in module)
+                unknown = shape.unknown
+                if unknown is None:
+                    extra = None
+                elif len(unknown) == 2:  # as in the extracted Mathlib (source_path, source_line)
+                    a, b = vals[9:]
+                    extra = shape.extra_fmt % (
+                        _ENCODE_STR(a) if type(a) is str else int.__repr__(a) if type(a) is int else _encode(a),
+                        _ENCODE_STR(b) if type(b) is str else int.__repr__(b) if type(b) is int else _encode(b),
+                    )
+                else:
+                    extra = shape.extra_fmt % tuple(map(_encode_value, vals[9:]))
+                # Without escapes a name encodes as its parts in quotes (exactly json.dumps' output).
+                name_json = '["' + '", "'.join(name) + '"]' if plain else "".join(_C_ENCODER(name, 0))
+                return (corpus_id, row, full_name, name_json, module or None, *texts, extra), unknown
+    return _decl_values_general(obj, corpus_id, row, display, lineno)
+
+
+def _decl_values_general(obj: Any, corpus_id: int, row: int, display: str, lineno: int) -> tuple[tuple, Any]:
+    """:func:`_decl_values` for any input, falling back to :func:`parse_row` (and its
+    errors) for anything unusual."""
     name = obj.get("name") if type(obj) is dict else None
     module = obj.get("module_name") if name is not None else None
     full_name = None
@@ -227,7 +331,7 @@ def _decl_values(obj: Any, corpus_id: int, row: int, display: str, lineno: int) 
         rec["corpus_id"] = corpus_id
         return tuple(
             (_ENCODE(rec[c]) if rec[c] is not None else None) if c in _JSON_COLUMNS else rec[c] for c in _DECL_COLUMNS
-        ), (rec["extra"].keys() if rec["extra"] else None)
+        ), (tuple(rec["extra"]) if rec["extra"] else None)
     if type(module) is list:
         module = ".".join(module) if all(type(p) is str for p in module) else ".".join(str(p) for p in module)
     get = obj.get
@@ -236,32 +340,166 @@ def _decl_values(obj: Any, corpus_id: int, row: int, display: str, lineno: int) 
         if v is not None and type(v) is not str:
             texts[i] = _ENCODE(v)
     extra = None
-    unknown = obj.keys() - _KNOWN
+    unknown = tuple(k for k in obj if k not in _KNOWN)
     if unknown:
-        extra = _ENCODE({k: obj[k] for k in obj if k in unknown})
+        extra = _ENCODE({k: obj[k] for k in unknown})
     # A name without quotes, backslashes or control characters encodes as its parts in
     # quotes (exactly json.dumps' output); the rest goes through the encoder.
     name_json = _ENCODE(name) if _NEEDS_ESCAPE.search(full_name) else '["' + '", "'.join(name) + '"]'
     return (corpus_id, row, full_name, name_json, module or None, *texts, extra), unknown or None
 
 
-def _iter_values(path: Path, display: str, corpus_id: int) -> Iterator[tuple[tuple, Any]]:
-    """:func:`iter_rows` as ``_DECL_COLUMNS`` tuples; the same errors."""
+# PostgreSQL COPY text format: a field's backslash, newline, carriage return and tab are
+# escaped; NULL is \N. psycopg's write_row refuses a NUL in a text field, and so do we.
+_COPY_SPECIAL = re.compile("[\\\\\n\r\t\x00]")
+
+
+class _NulInText(Exception):
+    """A text field holds NUL; raised as psycopg's DataError once the batch is read."""
+
+
+def _copy_escape(s: str) -> str:
+    if "\x00" in s:
+        raise _NulInText
+    return s.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+
+def _copy_line(values: tuple, plain: bool) -> str:
+    """A ``_DECL_COLUMNS`` tuple as one line of COPY text."""
+    if plain:  # no backslash in the source line: no string here has a special character
+        fields = ["\\N" if v is None else v for v in values[2:]]
+    else:
+        fields = ["\\N" if v is None else _copy_escape(v) if _COPY_SPECIAL.search(v) else v for v in values[2:]]
+    return f"{values[0]}\t{values[1]}\t" + "\t".join(fields) + "\n"
+
+
+@dataclass
+class _Tally:
+    """What the corpora row's meta counts, gathered while reading."""
+
+    kinds: Counter = field(default_factory=Counter)
+    names: Counter = field(default_factory=Counter)
+    extra_keys: Counter = field(default_factory=Counter)
+
+
+def _iter_batches(
+    path: Path, display: str, corpus_id: int, copy: bool, tally: _Tally, batch_rows: int = BATCH_ROWS
+) -> Iterator[tuple[Any, int]]:
+    """The file as batches of at most ``batch_rows`` rows: lists of ``_DECL_COLUMNS``
+    tuples, or (``copy``) COPY text; with the row count. Counts kinds, names and extra
+    keys into ``tally``. Errors name the file and the 1-based line, as :func:`iter_rows`."""
     row = 0
-    loads = json.loads
+    loads, scan = json.loads, _SCAN_ONCE
+    kinds, names = tally.kinds, tally.names
+    unknown_counts: dict[tuple[str, ...], int] = {}  # per distinct tuple of unknown keys, in first-seen order
+    batch: list[tuple] = []
+    lines: list[str] = []
+
+    nul_in_text = False
+
+    def flush() -> tuple[Any, int]:
+        nonlocal batch, lines
+        if nul_in_text:  # where write_row raised it: writing the batch, after reading it all
+            import psycopg
+
+            raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+        # Tuple positions in _DECL_COLUMNS: 2 full_name, 5 kind.
+        kinds.update(v[5] or "" for v in batch)
+        names.update(map(_FULL_NAME, batch))
+        out = ("".join(lines) if copy else batch), len(batch)
+        batch, lines = [], []
+        return out
+
     try:
         with _open_text(path) as fh:
             for lineno, line in enumerate(fh, start=1):
                 try:
-                    obj = loads(line)
-                except json.JSONDecodeError as exc:
-                    if not line.strip():
-                        continue
-                    raise InputError(f"{display}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-                yield _decl_values(obj, corpus_id, row, display, lineno)
+                    # json.loads without its Python layers: the C scanner, then the same
+                    # check that nothing but the line end follows; anything else (leading
+                    # or trailing blanks, errors) goes through json.loads itself.
+                    obj, end = scan(line, 0)
+                    if end != len(line) and (end + 1 != len(line) or line[end] != "\n"):
+                        raise ValueError
+                except (StopIteration, ValueError):
+                    try:
+                        obj = loads(line)
+                    except json.JSONDecodeError as exc:
+                        if not line.strip():
+                            continue
+                        raise InputError(f"{display}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+                plain = "\\" not in line
+                values, unknown = _decl_values(obj, corpus_id, row, display, lineno, plain)
                 row += 1
+                if unknown:
+                    unknown_counts[unknown] = unknown_counts.get(unknown, 0) + 1
+                batch.append(values)
+                if copy:
+                    try:
+                        lines.append(_copy_line(values, plain))
+                    except _NulInText:
+                        nul_in_text = True
+                if len(batch) >= batch_rows:
+                    yield flush()
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise InputError(f"{display}: cannot read corpus file ({exc})") from None
+    for unknown, count in unknown_counts.items():  # keys in the order they were first seen
+        for key in unknown:
+            tally.extra_keys[key] += count
+    if batch:
+        yield flush()
+
+
+class _Reader:
+    """:func:`_iter_batches` in a thread of its own, a few batches ahead of the thread
+    that inserts them: parsing (Python) runs while SQLite inserts with the GIL released,
+    or while PostgreSQL works on the COPY data already sent. Batches and the reader's
+    error come out in file order, so the first error is the one a serial load would
+    raise. Memory stays bounded by ``ahead`` batches."""
+
+    _DONE = object()
+
+    def __init__(self, batches: Iterator[tuple[Any, int]], ahead: int = 3) -> None:
+        self._batches = batches
+        self._queue: queue.Queue = queue.Queue(maxsize=ahead)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="corpus-reader", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for batch in self._batches:
+                if not self._put(batch):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            self._put(exc)
+        else:
+            self._put(self._DONE)
+        finally:
+            close = getattr(self._batches, "close", None)
+            if close is not None:
+                close()
+
+    def __iter__(self) -> Iterator[tuple[Any, int]]:
+        while True:
+            item = self._queue.get()
+            if item is self._DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _insert_sql(conn: sa.Connection) -> str:
@@ -273,23 +511,72 @@ def _insert_sql(conn: sa.Connection) -> str:
     )
 
 
-def _bulk_inserter(conn: sa.Connection) -> Callable[[list[tuple]], None]:
-    """Batches of value tuples into ``declarations``: COPY on PostgreSQL, executemany
-    straight to the driver on SQLite (the ORM/Core per-row parameter processing cost
-    three times the SQLite insert itself on a 310k-row load, perf/corpus_load.py)."""
+def _bulk_inserter(conn: sa.Connection) -> Callable[[Any], None]:
+    """A function taking batches from :func:`_iter_batches`.
+
+    PostgreSQL: a COPY per batch fed preformatted text (``write_row`` per row cost more
+    than the server's own work; a COPY per batch, as before, reports a bad value at the
+    batch that holds it). SQLite: straight to the driver (the ORM/Core per-row parameter
+    processing cost three times the SQLite insert itself, perf/corpus_load.py), as
+    INSERTs of up to ``_SQLITE_ROWS_PER_INSERT`` rows each: sqlite3 lets go of the GIL
+    for each statement it steps, and with one statement per row (executemany) the reader
+    thread held the GIL through nearly every step, so the two threads took turns instead
+    of overlapping."""
     if conn.dialect.name == "postgresql":
         cursor = conn.connection.driver_connection.cursor()
         quote = conn.dialect.identifier_preparer.quote
         copy_sql = f"COPY declarations ({', '.join(quote(c) for c in _DECL_COLUMNS)}) FROM STDIN"
 
-        def copy(batch: list[tuple]) -> None:
+        def copy(text: str) -> None:
             with cursor.copy(copy_sql) as cp:
-                for values in batch:
-                    cp.write_row(values)
+                cp.write(text)
 
         return copy
     sql = _insert_sql(conn)
-    return lambda batch: conn.exec_driver_sql(sql, batch)
+    dbapi = conn.connection.driver_connection
+    cursor = dbapi.cursor()
+    per = _SQLITE_ROWS_PER_INSERT
+    getlimit = getattr(dbapi, "getlimit", None)  # Python 3.11+
+    if getlimit is not None:
+        import sqlite3
+
+        per = min(per, getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(_DECL_COLUMNS),
+                  getlimit(sqlite3.SQLITE_LIMIT_COMPOUND_SELECT))
+    else:
+        per = min(per, 999 // len(_DECL_COLUMNS))  # SQLite's smallest default limits
+    values_row = "(" + ", ".join(["?"] * len(_DECL_COLUMNS)) + ")"
+    many_sql = sql.split(" VALUES ")[0] + " VALUES " + ", ".join([values_row] * per)
+    flat = chain.from_iterable
+
+    def insert(batch: list[tuple]) -> None:
+        full = len(batch) - len(batch) % per
+        for i in range(0, full, per):
+            cursor.execute(many_sql, list(flat(batch[i:i + per])))
+        if full < len(batch):
+            cursor.executemany(sql, batch[full:])
+
+    return insert
+
+
+_NAME_INDEX = "ix_declarations_corpus_id_full_name"
+
+
+def _drop_name_index_if_empty(conn: sa.Connection) -> str | None:
+    """On SQLite, when ``declarations`` is empty, drop its (corpus_id, full_name) index
+    inside the load's transaction and return the statement that made it, to run again
+    after the rows are in: building it once from sorted keys cost 0.2-0.3 s where keeping
+    it up to date row by row cost 0.6 s of a 250k-row load. A failed load rolls the drop
+    back with everything else. With rows already there, rebuilding would sort them too."""
+    if conn.exec_driver_sql("SELECT 1 FROM declarations LIMIT 1").first() is not None:
+        return None
+    sql = conn.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'declarations' AND name = ?",
+        (_NAME_INDEX,),
+    ).scalar()
+    if sql is None:
+        return None
+    conn.exec_driver_sql(f'DROP INDEX "{_NAME_INDEX}"')
+    return sql
 
 
 def load_corpus(
@@ -320,12 +607,9 @@ def load_corpus(
             f"(sha256 {existing.sha256[:12]}, this file {digest[:12]}); use another --name or --revision"
         )
 
-    kinds: Counter[str] = Counter()
-    names: Counter[str] = Counter()
-    extra_keys: Counter[str] = Counter()
+    tally = _Tally()
     n = 0
     with db.engine.begin() as conn:
-        insert_rows = _bulk_inserter(conn)
         corpus_id = conn.execute(
             sa.insert(Corpus.__table__).returning(Corpus.__table__.c.id),
             {
@@ -337,32 +621,27 @@ def load_corpus(
                 "loaded_at": utcnow(),
             },
         ).scalar_one()
-        batch: list[tuple] = []
-        # Tuple positions in _DECL_COLUMNS: 2 full_name, 5 kind.
-        for values, unknown in _iter_values(source.path, source.display, corpus_id):
-            kinds[values[5] or ""] += 1
-            names[values[2]] += 1
-            if unknown:
-                extra_keys.update(unknown)
-            batch.append(values)
-            if len(batch) >= BATCH_ROWS:
+        copy = conn.dialect.name == "postgresql"
+        reader = _Reader(_iter_batches(source.path, source.display, corpus_id, copy, tally))
+        insert_rows = _bulk_inserter(conn)
+        rebuild_index = None if copy else _drop_name_index_if_empty(conn)
+        try:
+            for batch, count in reader:
                 insert_rows(batch)
-                n += len(batch)
-                batch = []
+                n += count
                 if progress:
                     progress(n)
-        if batch:
-            insert_rows(batch)
-            n += len(batch)
-            if progress:
-                progress(n)
+        finally:
+            reader.close()
+        if rebuild_index:
+            conn.exec_driver_sql(rebuild_index)
         if n == 0:
             raise InputError(f"{source.display}: no declarations in the file")
         meta = {
-            "kinds": dict(kinds.most_common()),
-            "duplicate_names": sum(1 for c in names.values() if c > 1),
-            "distinct_names": len(names),
-            "extra_keys": dict(extra_keys.most_common()),
+            "kinds": dict(tally.kinds.most_common()),
+            "duplicate_names": sum(1 for c in tally.names.values() if c > 1),
+            "distinct_names": len(tally.names),
+            "extra_keys": dict(tally.extra_keys.most_common()),
             "file": source.path.name,
         }
         conn.execute(
