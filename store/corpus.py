@@ -503,12 +503,9 @@ class _Reader:
 
 
 def _insert_sql(conn: sa.Connection) -> str:
-    quote = conn.dialect.identifier_preparer.quote
-    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    return (
-        f"INSERT INTO declarations ({', '.join(quote(c) for c in _DECL_COLUMNS)}) "
-        f"VALUES ({', '.join([mark] * len(_DECL_COLUMNS))})"
-    )
+    from store.writes import driver_insert_sql
+
+    return driver_insert_sql(conn, "declarations", _DECL_COLUMNS)
 
 
 def _bulk_inserter(conn: sa.Connection) -> Callable[[Any], None]:

@@ -167,14 +167,17 @@ _HIT_COLUMNS = (
 )
 
 
-def hits_insert_sql(conn: sa.Connection) -> str:
-    """The driver-level INSERT of one ``hits`` row (columns in ``_HIT_COLUMNS`` order)."""
+def driver_insert_sql(conn: sa.Connection, table: str, columns: Iterable[str]) -> str:
+    """A driver-level INSERT of one row (``?`` or ``%s`` placeholders, the dialect's quoting)."""
+    columns = list(columns)
     quote = conn.dialect.identifier_preparer.quote
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    return (
-        f"INSERT INTO hits ({', '.join(quote(c) for c in _HIT_COLUMNS)}) "
-        f"VALUES ({', '.join([mark] * len(_HIT_COLUMNS))})"
-    )
+    return f"INSERT INTO {table} ({', '.join(quote(c) for c in columns)}) VALUES ({', '.join([mark] * len(columns))})"
+
+
+def hits_insert_sql(conn: sa.Connection) -> str:
+    """The driver-level INSERT of one ``hits`` row (columns in ``_HIT_COLUMNS`` order)."""
+    return driver_insert_sql(conn, "hits", _HIT_COLUMNS)
 
 
 def write_hit_rows(conn: sa.Connection, rows: list[tuple]) -> None:
