@@ -282,12 +282,7 @@ def _decl_values(
         if get is not None:
             vals = get(obj)
             name, module, texts = vals[0], vals[1], vals[2:9]
-            full_name = None
-            if type(name) is list and name and "" not in name:
-                try:
-                    full_name = ".".join(name)  # TypeError unless every component is a string
-                except TypeError:
-                    pass
+            full_name = _dotted(name)
             if full_name is not None and (module is None or type(module) is str or type(module) is list):
                 try:
                     "".join(filter(_not_none, texts))  # TypeError unless each is None or a string
@@ -315,17 +310,22 @@ def _decl_values(
     return _decl_values_general(obj, corpus_id, row, display, lineno)
 
 
+def _dotted(name: Any) -> str | None:
+    """A list of non-empty string parts joined with dots, else None."""
+    if type(name) is list and name and "" not in name:
+        try:
+            return ".".join(name)  # TypeError unless every component is a string
+        except TypeError:
+            return None
+    return None
+
+
 def _decl_values_general(obj: Any, corpus_id: int, row: int, display: str, lineno: int) -> tuple[tuple, Any]:
     """:func:`_decl_values` for any input, falling back to :func:`parse_row` (and its
     errors) for anything unusual."""
     name = obj.get("name") if type(obj) is dict else None
     module = obj.get("module_name") if name is not None else None
-    full_name = None
-    if type(name) is list and name and "" not in name:
-        try:
-            full_name = ".".join(name)  # TypeError unless every component is a string
-        except TypeError:
-            pass
+    full_name = _dotted(name)
     if full_name is None or (module is not None and type(module) is not list and type(module) is not str):
         rec = parse_row(obj, f"{display}:{lineno}", row)
         rec["corpus_id"] = corpus_id
