@@ -292,7 +292,7 @@ class Fetcher:
             # The moment the request starts to leave (after any connect): the send time.
             # Correct the shared send log now, not after the response: other workers compute
             # their windows from it meanwhile, and a response can take seconds. A task, so the
-            # database write (the writer's next group) does not hold the request back.
+            # database write does not hold the request back.
             if name.endswith("send_request_headers.started") and not left:
                 left.append(time.time())
                 if defer:
@@ -486,8 +486,7 @@ class Fetcher:
                 flush(conn)  # this exchange's departure (and any other deferred one), same commit
             ex_id = conn.execute(_ARCHIVE, exchange).scalar_one()
             if parse_error is not None:
-                conn.execute(_PARSE, dict(exchange_id=ex_id, parser_version=parser_version, ok=False,
-                                          error=parse_error, dropped_items=0, drop_reason=None))
+                write_parse_failure(conn, ex_id, parser_version, parse_error)
             if answers is None:
                 return []
             items, parsed, latency = answers
@@ -497,6 +496,12 @@ class Fetcher:
         done = await self.writer.run(op)
         self.exchanges += 1
         return done
+
+
+def write_parse_failure(conn: sa.Connection, exchange_id: int, parser_version: int, error: str) -> None:
+    """The ``parse_outcomes`` row of a body that gave no answers (in the caller's transaction)."""
+    conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=parser_version, ok=False,
+                              error=error, dropped_items=0, drop_reason=None))
 
 
 def write_answers(db, *args: Any, **kw: Any) -> list[str]:

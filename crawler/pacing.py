@@ -222,10 +222,6 @@ class DbLedger:
     window allows it. No sleeping happens inside the transaction.
     """
 
-    # Pacer.acquire runs reserve in a thread: a transaction on the event-loop thread holds
-    # up every other request in flight.
-    blocking = True
-
     def __init__(self, db, *, exclusive: bool = False) -> None:  # noqa: ANN001 - store.db.Database
         from store.models import HostState, SendLog
 
@@ -398,23 +394,20 @@ class DbLedger:
         """The same steps as the generic reserve below, in one call of the server function
         ``engines_reserve`` (migration 0005): the host row stays locked for the server's
         microseconds, not for five round trips of a busy client."""
-        departures: list[float] = []
+        taken = self._take_departures(host)
         with self.db.engine.connect() as conn:
             self._ensure_host(conn, host)
             conn.commit()
             with conn.begin():
-                for key in [k for k in list(self._departures) if k[0] == host]:
-                    actual = self._departures.pop(key, None)
-                    if actual is not None:
-                        departures += [key[1], actual]
                 current = now()
                 granted, t, outage = conn.execute(self._reserve_call, {
                     "h": host, "now": current, "n": rate.n, "period": rate.period, "margin": margin,
                     "pmax": PENDING_MAX, "csent": credit[0] if credit else None,
-                    "credit": credit[1] if credit else None, "w": worker, "deps": departures or None,
+                    "credit": credit[1] if credit else None, "w": worker,
+                    "deps": [t for pair in taken for t in pair] or None,
                 }).one()
-        for i in range(0, len(departures), 2):
-            self._correct_cache(host, departures[i], departures[i + 1])
+        for r, a in taken:
+            self._correct_cache(host, r, a)
         self._outage[host] = bool(outage)
         return bool(granted), float(t)
 
@@ -436,12 +429,8 @@ class DbLedger:
         if host in self._paused:
             self._paused[host] = cur
 
-    def correct(self, host: str, recorded: float, actual: float, conn: sa.Connection | None = None) -> None:
-        """The send recorded at ``recorded`` left at ``actual`` (inside ``conn``'s transaction if given)."""
-        if conn is None:
-            with self.db.engine.begin() as own:
-                own.execute(self._send_correct, {"h": host, "r": recorded, "sent_at": actual, "pending": False})
-        else:
+    def correct(self, host: str, recorded: float, actual: float) -> None:
+        with self.db.engine.begin() as conn:
             conn.execute(self._send_correct, {"h": host, "r": recorded, "sent_at": actual, "pending": False})
         self._correct_cache(host, recorded, actual)
 
@@ -451,18 +440,24 @@ class DbLedger:
         the host, inside its transaction), whichever comes first."""
         self._departures[(host, recorded)] = actual
 
-    def apply_departures(self, conn: sa.Connection, host: str) -> int:
-        """Write the noted departures of ``host`` inside ``conn``'s transaction; how many."""
-        rows = []
+    def _take_departures(self, host: str) -> list[tuple[float, float]]:
+        """The noted (granted, departed) pairs of ``host``, each taken by one writer only."""
+        taken = []
         for key in [k for k in list(self._departures) if k[0] == host]:
             actual = self._departures.pop(key, None)
             if actual is not None:  # not taken meanwhile by the other writer of departures
-                rows.append({"h": host, "r": key[1], "sent_at": actual, "pending": False})
-        if rows:
-            conn.execute(self._send_correct, rows)
-            for r in rows:
-                self._correct_cache(host, r["r"], r["sent_at"])
-        return len(rows)
+                taken.append((key[1], actual))
+        return taken
+
+    def apply_departures(self, conn: sa.Connection, host: str) -> int:
+        """Write the noted departures of ``host`` inside ``conn``'s transaction; how many."""
+        taken = self._take_departures(host)
+        if taken:
+            conn.execute(self._send_correct,
+                         [{"h": host, "r": r, "sent_at": a, "pending": False} for r, a in taken])
+            for r, a in taken:
+                self._correct_cache(host, r, a)
+        return len(taken)
 
     def _correct_cache(self, host: str, recorded: float, actual: float) -> None:
         for row in self._cache.get(host, ()):
@@ -520,7 +515,8 @@ class DbLedger:
         return until, since, count
 
     def outage_recorded(self, host: str) -> bool:
-        """Whether host_state may hold an outage of ``host`` (always, unless exclusive and known)."""
+        """Whether host_state may hold an outage of ``host``: unless known not to (exclusive
+        ledgers; shared ones as of this process's last grant or outage write)."""
         return self._outage.get(host) is not False
 
     def clear_outage(self, host: str) -> None:
@@ -622,11 +618,11 @@ class Pacer:
             planned: float | None = None
             while True:
                 args = (self.host, self.clock.now, self.rate, self.margin, self.worker, self._credit())
+                # A ledger with database work decides off the event loop (reserve_async): a
+                # transaction on the loop's thread holds up every other request in flight.
                 reserve_async = getattr(self.ledger, "reserve_async", None)
                 if reserve_async is not None:
                     ok, t = await reserve_async(*args)
-                elif getattr(self.ledger, "blocking", False):
-                    ok, t = await asyncio.to_thread(self.ledger.reserve, *args)
                 else:
                     ok, t = self.ledger.reserve(*args)
                 if ok:
@@ -657,35 +653,34 @@ class Pacer:
         transaction (the pending row, if that never happens, counts conservatively)."""
         return bool(getattr(self.ledger, "exclusive", False)) and hasattr(self.ledger, "correct_later")
 
-    def correct(self, recorded: float, actual: float, threshold: float = 0.001, *, defer: bool = False,
-                conn: sa.Connection | None = None) -> None:
+    def _departure(self, recorded: float, actual: float, threshold: float) -> float:
+        """The departure to record for the send granted at ``recorded`` (and this pacer's
+        credit moved to it)."""
+        self.stats.send_delays.append(actual - recorded)
+        if actual - recorded <= threshold:
+            actual = recorded  # not worth moving; recording it still clears the pending mark
+        if self._last is not None and self._last[0] == recorded:
+            self._last = (actual, self._last[1])
+        return actual
+
+    def correct(self, recorded: float, actual: float, threshold: float = 0.001, *, defer: bool = False) -> None:
         """The request granted at ``recorded`` left at ``actual``: keep the log exact.
 
         Between the grant and the bytes leaving there can be milliseconds (a commit, the
         GIL, the scheduler); a window counted from the recorded time would be that much
         short on the server's side, so a late departure replaces the recorded time.
         """
-        self.stats.send_delays.append(actual - recorded)
-        if actual - recorded <= threshold:
-            actual = recorded  # not worth moving; the call still clears the pending mark
+        actual = self._departure(recorded, actual, threshold)
         later = getattr(self.ledger, "correct_later", None) if defer else None
         if later is not None:
             later(self.host, recorded, actual)
-        elif conn is not None and isinstance(self.ledger, DbLedger):
-            self.ledger.correct(self.host, recorded, actual, conn=conn)
         else:
             self.ledger.correct(self.host, recorded, actual)
-        if self._last is not None and self._last[0] == recorded:
-            self._last = (actual, self._last[1])
 
     def departed(self, recorded: float, actual: float, threshold: float = 0.001) -> bool:
         """A shared-ledger send left: noted in memory now; True when the ledger then needs
         :meth:`apply_departures` (a database write), False when it is already recorded."""
-        self.stats.send_delays.append(actual - recorded)
-        if actual - recorded <= threshold:
-            actual = recorded  # not worth moving; writing it still clears the pending mark
-        if self._last is not None and self._last[0] == recorded:
-            self._last = (actual, self._last[1])
+        actual = self._departure(recorded, actual, threshold)
         note = getattr(self.ledger, "note_departure", None)
         if note is None:
             self.ledger.correct(self.host, recorded, actual)

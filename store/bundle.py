@@ -605,8 +605,7 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
 
 def parse_imported(db, summary: ImportSummary) -> None:
     """Answers from every unparsed 2xx exchange of the imported configurations (current parsers)."""
-    from crawler.fetch import _PARSE as _PARSE_FAILED
-    from crawler.fetch import write_answers_in
+    from crawler.fetch import write_answers_in, write_parse_failure
     from engines.base import EngineHTTPError, EngineOutage, EngineParseError
     from engines.registry import get_adapter
     from store.benchmarks import query_sha256
@@ -643,8 +642,7 @@ def parse_imported(db, summary: ImportSummary) -> None:
                     except (EngineParseError, EngineHTTPError, EngineOutage) as exc:
                         # As the crawler records them; an outage body (Loogle "Restarting") too.
                         error = f"outage: {exc}" if isinstance(exc, EngineOutage) else str(exc)
-                        conn.execute(_PARSE_FAILED, dict(exchange_id=ex_id, parser_version=adapter.parser_version,
-                                                         ok=False, error=error, dropped_items=0, drop_reason=None))
+                        write_parse_failure(conn, ex_id, adapter.parser_version, error)
                         summary.parse_failures += 1
                         continue
                     items = [(query_sha256(t), t) for t in texts]

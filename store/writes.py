@@ -175,9 +175,15 @@ def driver_insert_sql(conn: sa.Connection, table: str, columns: Iterable[str]) -
     return f"INSERT INTO {table} ({', '.join(quote(c) for c in columns)}) VALUES ({', '.join([mark] * len(columns))})"
 
 
+_HITS_SQL: dict[str, str] = {}  # dialect → SQL: built once, not per crawled answer
+
+
 def hits_insert_sql(conn: sa.Connection) -> str:
     """The driver-level INSERT of one ``hits`` row (columns in ``_HIT_COLUMNS`` order)."""
-    return driver_insert_sql(conn, "hits", _HIT_COLUMNS)
+    sql = _HITS_SQL.get(conn.dialect.name)
+    if sql is None:
+        sql = _HITS_SQL[conn.dialect.name] = driver_insert_sql(conn, "hits", _HIT_COLUMNS)
+    return sql
 
 
 def write_hit_rows(conn: sa.Connection, rows: list[tuple]) -> None:
