@@ -465,8 +465,10 @@ class Fetcher:
             await asyncio.to_thread(self._apply_departures)
 
     def _apply_departures(self) -> None:
-        with self.db.engine.begin() as conn:
-            self.pacer.apply_departures(conn)
+        # Autocommit: one round trip per departure instead of BEGIN, UPDATE, COMMIT; each
+        # row is one send's own correction, so nothing needs them committed together.
+        with self.db.engine.connect() as conn:
+            self.pacer.apply_departures(conn.execution_options(isolation_level="AUTOCOMMIT"))
 
     async def _store(
         self,

@@ -396,16 +396,21 @@ class DbLedger:
         microseconds, not for five round trips of a busy client."""
         taken = self._take_departures(host)
         with self.db.engine.connect() as conn:
-            self._ensure_host(conn, host)
-            conn.commit()
-            with conn.begin():
-                current = now()
-                granted, t, outage = conn.execute(self._reserve_call, {
-                    "h": host, "now": current, "n": rate.n, "period": rate.period, "margin": margin,
-                    "pmax": PENDING_MAX, "csent": credit[0] if credit else None,
-                    "credit": credit[1] if credit else None, "w": worker,
-                    "deps": [t for pair in taken for t in pair] or None,
-                }).one()
+            if host not in self._known:
+                self._ensure_host(conn, host)
+                conn.commit()
+            # One statement in autocommit: the server commits when the function returns, so
+            # the host row's lock is released without waiting for this client's COMMIT (a
+            # round trip, and this thread's turn at the GIL: the lock held for milliseconds
+            # serialized the workers sharing the host).
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            current = now()
+            granted, t, outage = conn.execute(self._reserve_call, {
+                "h": host, "now": current, "n": rate.n, "period": rate.period, "margin": margin,
+                "pmax": PENDING_MAX, "csent": credit[0] if credit else None,
+                "credit": credit[1] if credit else None, "w": worker,
+                "deps": [t for pair in taken for t in pair] or None,
+            }).one()
         for r, a in taken:
             self._correct_cache(host, r, a)
         self._outage[host] = bool(outage)

@@ -545,6 +545,8 @@ async def _watch_pauses(engines: list[tuple[_Engine, Fetcher]], opts: CrawlOptio
 AUTO_CONCURRENCY_MAX = 8
 # Texts claimed per lease transaction, at most: one claim serves several requests.
 CLAIM_CHUNK = 64
+# Shared queues: seconds of sends (at the observed pace) one claim may take ahead, at most.
+CLAIM_AHEAD = 0.25
 
 
 def _want(cycle: float, interval: float) -> int:
@@ -581,9 +583,14 @@ async def _crawl_engine(
         async with claim_lock:
             if not st.buffer:
                 loops = max(1, len(tasks))
-                # Several workers share the queue on PostgreSQL: claim a little ahead only,
+                # Several workers share the queue on PostgreSQL: claim a little ahead only
+                # (two requests per loop, or CLAIM_AHEAD seconds of sends at the pace seen),
                 # so the last texts are spread over the workers instead of queued behind one.
-                ahead = 2 * loops if not eng.queue.exclusive else CLAIM_CHUNK
+                if eng.queue.exclusive:
+                    ahead = CLAIM_CHUNK
+                else:
+                    per_request = max(interval, (st.cycle or math.inf) / loops)
+                    ahead = max(2 * loops, math.ceil(CLAIM_AHEAD / per_request))
                 want = min(CLAIM_CHUNK, max(k, k * ahead))
                 if opts.limit is not None:
                     want = min(want, opts.limit - st.taken)

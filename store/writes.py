@@ -186,14 +186,26 @@ def hits_insert_sql(conn: sa.Connection) -> str:
     return sql
 
 
-def write_hit_rows(conn: sa.Connection, rows: list[tuple]) -> None:
-    """``hits`` rows (tuples in ``_HIT_COLUMNS`` order) as one driver-level executemany.
+_HITS_COPY = "COPY hits ({}) FROM STDIN".format(", ".join(_HIT_COLUMNS))
 
-    (On PostgreSQL, multi-row ``INSERT ... VALUES`` statements instead measured slower for
-    large batches and no faster for one answer's hits: perf/write_hits.py, 2026-12-01.)
+
+def write_hit_rows(conn: sa.Connection, rows: list[tuple]) -> None:
+    """``hits`` rows (tuples in ``_HIT_COLUMNS`` order) in ``conn``'s transaction: one
+    driver-level executemany on SQLite, one ``COPY`` on PostgreSQL.
+
+    (On PostgreSQL, executemany runs one INSERT per row on the server and multi-row
+    ``INSERT ... VALUES`` measured slower still for large batches; COPY is one statement:
+    perf/write_hits.py and perf/crawl_throughput.py, 2026-12-01.)
     """
-    if rows:
-        conn.exec_driver_sql(hits_insert_sql(conn), rows)
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql":
+        with conn.connection.driver_connection.cursor() as cur, cur.copy(_HITS_COPY) as copy:
+            write = copy.write_row
+            for row in rows:
+                write(row)
+        return
+    conn.exec_driver_sql(hits_insert_sql(conn), rows)
 
 
 def encode_raw(raw: Any) -> str | None:

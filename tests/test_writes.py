@@ -72,3 +72,18 @@ def test_add_answers_is_all_or_nothing_on_a_duplicate_current_answer(any_db) -> 
     assert [f[0] for f, _ in _dump(any_db, c)] == ["q"]
     with any_db.session() as s:
         assert s.execute(sa.select(sa.func.count()).select_from(Hit)).scalar_one() == 3
+
+
+def test_hit_text_that_copy_must_escape_reads_back_exactly(any_db) -> None:
+    """PostgreSQL writes hits with COPY (text format): tabs, newlines, backslashes and a
+    literal ``\\N`` in names and raw JSON must come back as written, and None as NULL."""
+    nasty = ["Foo\tBar", "line\nbreak", "back\\slash", "\\N", "", "ünï «x» ∀", "carriage\rreturn"]
+    hits = [HitRow(rank=i + 1, name=name, raw={"t": name, "k": ["\\N", None]} if i % 2 else None,
+                   resolution=None if i % 3 else "not_in_corpus")
+            for i, name in enumerate(nasty)]
+    cfg = _config(any_db, "nasty")
+    with any_db.session() as s, s.begin():
+        add_answers(s, [AnswerRow(config_id=cfg, query_text="q", query_sha256="9" * 64, hits=hits)])
+    (_fields, got), = _dump(any_db, cfg)
+    assert [(r, n, raw, res) for r, n, _norm, raw, res in got] == [
+        (h.rank, h.name, h.raw, h.resolution) for h in hits]
