@@ -37,6 +37,7 @@ from typing import Callable, Protocol
 
 import sqlalchemy as sa
 
+from crawler.writer import on_rollback
 from engines.base import Rate
 from engines.base import parse_rate as _parse_rate
 
@@ -478,17 +479,28 @@ class DbLedger:
         self._deferred.append({"host": host, "sent_at": actual, "worker": self._worker, "pending": False})
 
     def flush_corrections(self, conn: sa.Connection) -> None:
-        """Insert the deferred departures inside the caller's transaction."""
+        """Insert the deferred departures inside the caller's transaction (a transaction of
+        ``crawler.writer``'s, which puts them back in memory if it is rolled back: a send
+        must not go unrecorded because a write it shared a group with failed)."""
         rows = []
         while True:
             try:
                 rows.append(self._deferred.popleft())
             except IndexError:
                 break
-        for host in {r["host"] for r in rows}:
+        if not rows:
+            return
+        hosts = {r["host"] for r in rows}
+        unknown = hosts - self._known
+
+        def undo() -> None:
+            self._deferred.extendleft(reversed(rows))
+            self._known.difference_update(unknown)  # their host_state rows were rolled back too
+
+        on_rollback(conn, undo)
+        for host in hosts:
             self._ensure_host(conn, host)
-        if rows:
-            conn.execute(self._send_insert, rows)
+        conn.execute(self._send_insert, rows)
 
     def paused_until(self, host: str) -> float | None:
         if self.exclusive and host in self._paused:

@@ -29,6 +29,37 @@ Op = Callable[[sa.Connection], Any]
 MAX_GROUP = 256
 
 
+_UNDO = "engines_undo_on_rollback"
+
+
+def on_rollback(conn: sa.Connection, undo: Callable[[], None]) -> None:
+    """Run ``undo`` if the transaction ``conn`` is in is rolled back (a write that took
+    something out of memory puts it back, so a retry, or the next write, writes it).
+
+    Honoured by :class:`Writer`, :class:`DirectWriter` and :func:`in_transaction`; nothing
+    else must run a write that registers one."""
+    conn.info.setdefault(_UNDO, []).append(undo)
+
+
+def _settle(conn: sa.Connection, committed: bool) -> None:
+    undos = conn.info.pop(_UNDO, None)
+    if undos and not committed:
+        for undo in reversed(undos):
+            undo()
+
+
+def in_transaction(conn: sa.Connection, op: Callable[[sa.Connection], T]) -> T:
+    """``op(conn)`` in a transaction of its own on ``conn``, with :func:`on_rollback`'s undos."""
+    try:
+        with conn.begin():
+            out = op(conn)
+    except BaseException:
+        _settle(conn, False)
+        raise
+    _settle(conn, True)
+    return out
+
+
 def _resolve(fut: asyncio.Future, ok: bool, value: Any) -> None:
     if fut.done():  # the caller was cancelled meanwhile: the write stands, nobody waits
         return
@@ -120,18 +151,19 @@ class Writer:
                 for op, _loop, _fut in group:
                     results.append((True, op(conn)))
         except Exception as exc:  # noqa: BLE001 - one write failed: each again on its own, below
+            _settle(conn, False)  # what the group's writes took from memory is back for the retries
             if len(group) == 1:
                 results = [(False, exc)]
             else:
                 results = []
                 for op, _loop, _fut in group:
                     try:
-                        with conn.begin():
-                            results.append((True, op(conn)))
+                        results.append((True, in_transaction(conn, op)))
                         self.commits += 1
                     except Exception as exc:  # noqa: BLE001 - handed to its caller
                         results.append((False, exc))
         else:
+            _settle(conn, True)
             self.commits += 1
         self.writes += sum(1 for ok, _ in results if ok)
         for (ok, value), (_op, loop, fut) in zip(results, group):
@@ -183,8 +215,8 @@ class DirectWriter:
         return self
 
     def _one(self, op: Callable[[sa.Connection], T]) -> T:
-        with self.db.engine.begin() as conn:
-            out = op(conn)
+        with self.db.engine.connect() as conn:
+            out = in_transaction(conn, op)
         self.commits += 1
         self.writes += 1
         return out

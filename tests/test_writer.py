@@ -4,6 +4,8 @@
   its write is committed (visible to another connection);
 - a failing write fails alone: the group is rolled back and the others commit on their own;
 - ``close(final)`` commits what is queued, then ``final``;
+- a send time deferred to the next write (SQLite) survives that write's rollback: it is
+  put back and written by the retry or the next write;
 - on SQLite the crawl writes no row before a send: a crawl of the file that died
   (``kill -9``: its row still "running") makes the next one wait a whole window before
   its first send to each host, and marks the dead crawl ``killed``; a clean run does not
@@ -18,6 +20,9 @@ import time
 import pytest
 import sqlalchemy as sa
 
+import threading
+
+from crawler.pacing import DbLedger
 from crawler.writer import DirectWriter, Writer
 from engines.base import Rate
 from engines.emulate import StandIn
@@ -106,6 +111,61 @@ async def test_close_commits_the_queue_then_the_final_write(sqlite_url: str) -> 
         direct.close(_insert(8))
         assert _count(db) == 8
     finally:
+        db.dispose()
+
+
+def _sends(db) -> list[tuple[str, float]]:
+    with db.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.select(SendLog.host, SendLog.sent_at).order_by(SendLog.sent_at))]
+
+
+async def test_deferred_send_times_survive_a_rolled_back_write(sqlite_url: str) -> None:
+    """The exclusive ledger writes a send's row with the crawl's next write. When that
+    write's transaction is rolled back (a group with a failing write, or the write itself
+    failing), the rows go back in memory and the retry or the next write commits them."""
+    db = _db(sqlite_url)
+    ledger = DbLedger(db, exclusive=True)
+    writer = Writer(db).start()
+    gate = threading.Event()
+
+    def hold(conn: sa.Connection) -> None:
+        gate.wait(10)  # keeps the writer busy while the next writes queue up as one group
+
+    def flush_then(k: int):
+        def op(conn: sa.Connection) -> int:
+            ledger.flush_corrections(conn)
+            conn.execute(sa.insert(_T).values(k=k))
+            return k
+        return op
+
+    try:
+        ledger.correct_later("a.example", 100.0, 100.5)
+        ledger.correct_later("b.example", 101.0, 101.25)
+        held = asyncio.ensure_future(writer.run(hold))
+        await asyncio.sleep(0.05)
+        # One group: the flush, then a duplicate key that rolls the whole group back.
+        results = await asyncio.gather(asyncio.ensure_future(writer.run(flush_then(1))),
+                                       asyncio.ensure_future(writer.run(_insert(1))),
+                                       asyncio.sleep(0.05, gate.set()), return_exceptions=True)
+        await held
+        assert results[0] == 1 and isinstance(results[1], sa.exc.IntegrityError)
+        assert _sends(db) == [("a.example", 100.5), ("b.example", 101.25)]  # written by the retry
+        # The write that flushes fails itself: the row waits for the next write.
+        ledger.correct_later("a.example", 102.0, 102.5)
+        with pytest.raises(sa.exc.IntegrityError):
+            await writer.run(flush_then(1))
+        assert len(_sends(db)) == 2
+        assert await writer.run(flush_then(2)) == 2
+        assert _sends(db)[-1] == ("a.example", 102.5) and len(_sends(db)) == 3
+        # The same through DirectWriter (no thread of its own).
+        ledger.correct_later("c.example", 103.0, 103.5)
+        with pytest.raises(sa.exc.IntegrityError):
+            await DirectWriter(db).run(flush_then(2))
+        assert await DirectWriter(db).run(flush_then(3)) == 3
+        assert _sends(db)[-1] == ("c.example", 103.5)
+    finally:
+        gate.set()
+        writer.close()
         db.dispose()
 
 
