@@ -9,6 +9,7 @@ pending migrations. SQLite connections run in WAL mode with foreign keys on.
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +101,8 @@ def create_db_engine(url: str | None = None) -> Engine:
             engine = sa.create_engine(url, connect_args={"timeout": 30})
             event.listen(engine, "connect", _sqlite_pragmas)
         else:
-            engine = sa.create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+            engine = sa.create_engine(url, connect_args={"connect_timeout": 10})
+            _ping_when_idle(engine)
     except NoSuchModuleError:
         raise DatabaseError(
             f"no driver for {parsed.drivername!r}; use sqlite:/// or postgresql+psycopg:// "
@@ -112,6 +114,37 @@ def create_db_engine(url: str | None = None) -> Engine:
             "install it with: pip install 'engines[postgres]'"
         ) from None
     return engine
+
+
+# A pooled PostgreSQL connection idle this long is pinged before it is handed out.
+PING_IDLE = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """``pool_pre_ping``, but only for a connection that sat in the pool ``PING_IDLE`` s or more.
+
+    A crawl checks a connection out for every send slot: pinging each time cost one round
+    trip (and about 0.15 ms of client CPU) per request, on connections used milliseconds
+    before. What the ping is for (a server restart, an idle timeout, a dropped network
+    while the connection sat unused) is still caught: a dead connection is discarded and a
+    new one opened, as pre-ping does.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(dbapi_connection, record) -> None:  # noqa: ANN001
+        record.info["engines_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection, record, proxy) -> None:  # noqa: ANN001
+        since = record.info.pop("engines_idle_since", None)
+        if since is None or time.monotonic() - since < PING_IDLE:
+            return  # new, or used a moment ago
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:  # noqa: BLE001 - any failure: the pool opens a new connection
+            raise sa.exc.DisconnectionError(f"pooled connection failed its ping: {exc}") from exc
+        if alive is False:
+            raise sa.exc.DisconnectionError("pooled connection failed its ping")
 
 
 def _alembic_config(engine: Engine):

@@ -107,3 +107,34 @@ def test_password_is_redacted_in_error_messages() -> None:
     with pytest.raises(DatabaseError) as info:
         dbmod.open_database("postgresql+psycopg://postgres:s3cret-pw@127.0.0.1:1/test")
     assert "s3cret-pw" not in info.value.message
+
+
+@pytest.mark.postgres
+def test_pg_pool_pings_only_connections_that_sat_idle(pg_url: str, monkeypatch) -> None:
+    """A connection checked in a moment ago is handed out without a ping (the crawl checks
+    one out per send slot); one idle for PING_IDLE seconds is pinged, and a dead one is
+    replaced by a new connection instead of failing the caller."""
+    db = dbmod.open_database(pg_url)
+    pings: list[int] = []
+    real_ping = db.engine.dialect.do_ping
+    monkeypatch.setattr(db.engine.dialect, "do_ping", lambda conn: pings.append(1) or real_ping(conn))
+    try:
+        pids = set()
+        for _ in range(20):
+            with db.engine.connect() as conn:
+                pids.add(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+        assert pings == []  # used milliseconds before: no round trip spent on a ping
+        monkeypatch.setattr(dbmod, "PING_IDLE", 0.0)  # every pooled connection now counts as idle
+        with db.engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one() in pids
+        assert pings == [1]
+        admin = sa.create_engine(pg_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as other:
+            for pid in pids:
+                assert other.exec_driver_sql(f"SELECT pg_terminate_backend({pid})").scalar_one() is True
+        admin.dispose()
+        with db.engine.connect() as conn:  # the pooled connection is dead: the ping finds out
+            new_pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        assert new_pid not in pids and len(pings) >= 2
+    finally:
+        db.dispose()
