@@ -18,9 +18,10 @@ recipe of §6.3 itself:
   "check the window + insert the send" step runs under a row lock on the host's
   ``host_state`` row (``SELECT ... FOR UPDATE``), so processes sharing one database
   share one budget per host and never exceed it together. A send is written *pending*
-  at its grant and counts as leaving "now" for every other reader until the sender
-  corrects it to its departure (``Pacer.correct``), so a sender that the machine
-  delays between grant and departure cannot make another worker's window start early.
+  at its grant and, for the window, counts as leaving "now" for every other reader until
+  the sender corrects it to its departure (``Pacer.correct``), so a sender that the
+  machine delays between grant and departure cannot make another worker's window start
+  early (the spacing T/n counts from its grant: :func:`window_span`).
 
 Clock and sleep are injectable (:class:`Clock`), so tests drive the pacer with a fake
 clock and assert the window bound exactly. Times are unix seconds (floats).
@@ -114,7 +115,8 @@ def earliest_send_span(
     count: int, oldest: float | None, newest: float | None, paused_until: float | None, rate: Rate,
     margin: float, credit: tuple[float, float] | None = None,
 ) -> float:
-    """:func:`earliest_send` from the last n sends reduced to (how many, oldest, newest)."""
+    """:func:`earliest_send` from the last n sends reduced to (how many, oldest, newest):
+    the window counts from ``oldest``, the spacing T/n from ``newest`` (see :func:`window_span`)."""
     t = paused_until or 0.0
     if count and newest is not None:
         base = newest
@@ -124,6 +126,25 @@ def earliest_send_span(
         if count >= rate.n and oldest is not None:
             t = max(t, oldest + rate.period + margin)
     return t
+
+
+def window_span(last: list, now: float) -> tuple[int, float | None, float | None]:
+    """(how many, oldest, newest) of a host's last n sends ``[(sent_at, pending), ...]``
+    for :func:`earliest_send_span`, as ``engines_reserve`` (migration 0006) computes them.
+
+    The window (the hard bound: n per T + margin) counts a granted send that has not left
+    yet as leaving *now*, so a sender held up between grant and departure cannot make the
+    window start early. The spacing T/n (smoothing only) counts from the newest recorded
+    time, a pending send's grant included: counting pending sends as "now" there too held
+    every other request loop back while any grant was on its way out (a third of the
+    grants of two workers were refused, each a round trip and a sleep), for no bound the
+    window does not already give.
+    """
+    if not last:
+        return 0, None, None
+    lapsed = now - PENDING_MAX
+    oldest = min(now if p and lapsed < t < now else t for t, p in last)
+    return len(last), oldest, max(t for t, _ in last)
 
 
 class Ledger(Protocol):
@@ -258,7 +279,7 @@ class DbLedger:
              now_),
             else_=last.c.sent_at,
         )
-        self._span = sa.select(sa.func.count(), sa.func.min(adjusted), sa.func.max(adjusted)).select_from(last)
+        self._span = sa.select(sa.func.count(), sa.func.min(adjusted), sa.func.max(last.c.sent_at)).select_from(last)
         self._reserve_call = sa.text(
             "SELECT granted, earliest, outage FROM engines_reserve(:h, :now, :n, :period, :margin, :pmax, "
             "CAST(:csent AS double precision), CAST(:credit AS double precision), :w, "
@@ -329,8 +350,8 @@ class DbLedger:
         that makes the next one wait a window (``_load``).
         """
         current = now()
-        recent = [max(t, current) if p and current - t < PENDING_MAX else t for t, p in log[-rate.n:]]
-        t = earliest_send(recent, self._paused.get(host), rate, margin, credit)
+        count, oldest, newest = window_span(log[-rate.n:], current)
+        t = earliest_send_span(count, oldest, newest, self._paused.get(host), rate, margin, credit)
         if t > current:
             return False, t
         log.append([current, True])

@@ -26,6 +26,12 @@ from store.db import open_database
 from store.errors import InputError
 
 
+def near(expected, abs: float = 1e-6):  # noqa: A002
+    """pytest.approx with an absolute tolerance: its default (relative 1e-6) is ±1 s at the
+    unix-time magnitudes these tests use."""
+    return pytest.approx(expected, rel=0, abs=abs)
+
+
 class FakeClock:
     def __init__(self, start: float = 1_000_000.0) -> None:
         self.t = start
@@ -56,7 +62,7 @@ async def test_strict_spacing_and_window_bound_exact() -> None:
     rel = [t - times[0] for t in times]
     # Minimum spacing T/n (no burst, even at the start); every n-th send waits for the
     # window T + margin: 0, 10, 20, 30.5, 40.5, 50.5, 61, ...
-    assert rel == pytest.approx([0, 10, 20, 30.5, 40.5, 50.5, 61, 71, 81, 91.5])
+    assert rel == near([0, 10, 20, 30.5, 40.5, 50.5, 61, 71, 81, 91.5])
     assert max_in_window(times, 30.0) == 3
     # Any n + 1 consecutive sends span at least T + margin.
     assert all(times[i + 3] - times[i] >= 30.5 - 1e-9 for i in range(len(times) - 3))
@@ -71,7 +77,7 @@ async def test_window_bound_after_idle_period_is_not_a_burst() -> None:
     t0 = clock.now()
     times += [await pacer.acquire() for _ in range(5)]
     assert times[5] == t0  # the first after the idle period goes at once ...
-    assert times[6] - times[5] == pytest.approx(10.0 / 5)  # ... the rest are spaced
+    assert times[6] - times[5] == near(10.0 / 5)  # ... the rest are spaced
     assert windows_ok(times, rate)
 
 
@@ -79,11 +85,11 @@ def test_earliest_send_window_dominates_spacing() -> None:
     rate = Rate(3, 30.0)
     # Three sends close together (e.g. written by another process with another rate).
     hist = [100.0, 100.5, 101.0]
-    assert earliest_send(hist, None, rate, 0.5) == pytest.approx(130.5)
-    assert earliest_send(hist[-1:], None, rate, 0.5) == pytest.approx(101.0 + 10.0)
+    assert earliest_send(hist, None, rate, 0.5) == near(130.5)
+    assert earliest_send(hist[-1:], None, rate, 0.5) == near(101.0 + 10.0)
     # A late last send (credit: it left 2 s after its slot) does not push the schedule back.
-    assert earliest_send(hist[-1:], None, rate, 0.5, credit=(101.0, 2.0)) == pytest.approx(109.0)
-    assert earliest_send(hist[-1:], None, rate, 0.5, credit=(99.0, 2.0)) == pytest.approx(111.0)
+    assert earliest_send(hist[-1:], None, rate, 0.5, credit=(101.0, 2.0)) == near(109.0)
+    assert earliest_send(hist[-1:], None, rate, 0.5, credit=(99.0, 2.0)) == near(111.0)
     assert earliest_send([], 500.0, rate, 0.5) == 500.0
     assert earliest_send(hist, 1000.0, rate, 0.5) == 1000.0
 
@@ -143,7 +149,7 @@ async def test_restart_with_other_rate_still_bounded_by_history() -> None:
     hist = {"h": [clock.now() - 1.0, clock.now() - 0.5, clock.now() - 0.1]}
     pacer = Pacer("h", Rate(3, 10.0), MemoryLedger(hist), clock=clock, margin=0.2)
     t = await pacer.acquire()
-    assert t == pytest.approx(hist["h"][0] + 10.2)
+    assert t == near(hist["h"][0] + 10.2)
 
 
 async def test_retries_are_repaced() -> None:
@@ -177,7 +183,7 @@ async def test_pause_holds_every_request_to_host() -> None:
     t_other = await other.acquire()
     t = await a.acquire()
     assert t_other < clock.now() - 4.0  # other hosts are not paused
-    assert t == pytest.approx(t_other + 5.0)
+    assert t == near(t_other + 5.0)
 
 
 async def test_pause_in_db_is_seen_by_another_pacer(tmp_path) -> None:
@@ -212,8 +218,8 @@ def test_parse_rate_and_margin() -> None:
         parse_rate("fast")
     with pytest.raises(InputError):
         parse_rate("0/30s")
-    assert default_margin(Rate(3, 30.0)) == pytest.approx(0.305)
-    assert default_margin(Rate(10, 0.5)) == pytest.approx(0.1)  # the floor: arrival jitter under load
+    assert default_margin(Rate(3, 30.0)) == near(0.305)
+    assert default_margin(Rate(10, 0.5)) == near(0.1)  # the floor: arrival jitter under load
     assert default_margin(Rate(1, 3600.0)) == 1.0
 
 
@@ -238,10 +244,10 @@ async def test_late_departure_corrects_the_log_and_next_window(tmp_path) -> None
             t2 = await pacer.acquire()
             pacer.correct(t2, t2)  # left on time (the fetcher always reports the departure)
             t3 = await pacer.acquire()
-            assert t2 == pytest.approx(t1 + 5.0)  # spacing counts from the planned slot
-            assert t3 == pytest.approx(t1 + 0.04 + 10.0)  # the window from the actual departure
+            assert t2 == near(t1 + 5.0)  # spacing counts from the planned slot
+            assert t3 == near(t1 + 0.04 + 10.0)  # the window from the actual departure
             stored = ledger.history("h", 0.0) if db else ledger.sends["h"]
-            assert stored == pytest.approx([t1 + 0.04, t2, t3])
+            assert stored == near([t1 + 0.04, t2, t3])
         finally:
             if db:
                 db.dispose()
@@ -263,19 +269,46 @@ async def test_pending_send_counts_as_leaving_now_until_corrected(tmp_path) -> N
         ta = await a.acquire()
         clock.advance(1.5)  # A is descheduled for 1.5 s between its grant and its departure
         ok, when = ledger.reserve("h", clock.now, rate, 0.0, "b")
-        assert not ok and when == pytest.approx(ta + 1.5 + 2.0)  # counted from "now", not from ta + 2
+        assert not ok and when == near(ta + 1.5 + 2.0)  # counted from "now", not from ta + 2
         a.correct(ta, ta + 1.5)  # A leaves now
         ok, when = ledger.reserve("h", clock.now, rate, 0.0, "b")
-        assert not ok and when == pytest.approx(ta + 1.5 + 2.0)  # from the real departure
+        assert not ok and when == near(ta + 1.5 + 2.0)  # from the real departure
         tb = await b.acquire()
-        assert tb == pytest.approx(ta + 3.5)
+        assert tb == near(ta + 3.5)
         b.correct(tb, tb)
         # A killed between grant and departure: its mark holds the host for PENDING_MAX at most.
         tc = await a.acquire()
         td = await b.acquire()
-        assert td == pytest.approx(tc + PENDING_MAX)
-        assert ledger.history("h", 0.0) == pytest.approx([ta + 1.5, tb, tc, td])
-        assert a.stats.send_delays[0] == pytest.approx(1.5)
+        assert td == near(tc + PENDING_MAX)
+        assert ledger.history("h", 0.0) == near([ta + 1.5, tb, tc, td])
+        assert a.stats.send_delays[0] == near(1.5)
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize("ledger_kind", ["exclusive", "shared sqlite", "shared postgres"])
+def test_spacing_counts_from_a_pending_grant_and_the_window_from_now(ledger_kind: str, request) -> None:
+    """A granted send on its way out holds the window (it counts as leaving now) but not
+    the spacing, which counts from its grant. Each kind of ledger decides the same."""
+    url = request.getfixturevalue("pg_url" if ledger_kind == "shared postgres" else "sqlite_url")
+    db = open_database(url)
+    t0 = 1_000_000.0
+    try:
+        ledger = DbLedger(db, exclusive=ledger_kind == "exclusive")
+        # 4 per 2 s: spacing 0.5 s. A's send granted at t0 is still pending at t0 + 0.2:
+        # the next may go at t0 + 0.5 (counting it as leaving now would say t0 + 0.7).
+        rate = Rate(4, 2.0)
+        assert ledger.reserve("s", lambda: t0, rate, 0.0, "a") == (True, t0)
+        assert ledger.reserve("s", lambda: t0 + 0.2, rate, 0.0, "b") == (False, near(t0 + 0.5))
+        # 2 per 2 s: A's grant at t0 never leaves (pending); B's at t0 + 1 leaves at once.
+        # At t0 + 1.3 the window's oldest is A's send counted as leaving now (t0 + 1.3), so
+        # the window starts at B's departure: t0 + 1 + 2 s. Counted from A's grant it
+        # would allow t0 + 2.
+        rate = Rate(2, 2.0)
+        assert ledger.reserve("w", lambda: t0, rate, 0.0, "a") == (True, t0)
+        assert ledger.reserve("w", lambda: t0 + 1.0, rate, 0.0, "b") == (True, t0 + 1.0)
+        ledger.correct("w", t0 + 1.0, t0 + 1.0)
+        assert ledger.reserve("w", lambda: t0 + 1.3, rate, 0.0, "c") == (False, near(t0 + 3.0))
     finally:
         db.dispose()
 
@@ -284,11 +317,12 @@ async def test_pending_send_counts_as_leaving_now_until_corrected(tmp_path) -> N
 @pytest.mark.parametrize("seed", range(3))
 def test_postgres_reserve_function_decides_as_earliest_send(pg_url: str, seed: int) -> None:
     """On PostgreSQL a slot is decided by the server function engines_reserve (migration
-    0005): the same decision as crawler.pacing.earliest_send over the same history, with
-    pending sends counted as leaving now, pauses, the credit and noted departures."""
+    0005, 0006): the same decision as crawler.pacing.earliest_send over the same history,
+    with pending sends counted as leaving now for the window (the spacing from the newest
+    recorded time), pauses, the credit and noted departures."""
     import sqlalchemy as sa
 
-    from crawler.pacing import PENDING_MAX, earliest_send
+    from crawler.pacing import PENDING_MAX, earliest_send, earliest_send_span
     from store.models import HostState, SendLog
 
     rng = random.Random(seed)
@@ -316,10 +350,15 @@ def test_postgres_reserve_function_decides_as_earliest_send(pg_url: str, seed: i
             fixed = {r: a for r, a in noted}
             rows = sorted(((fixed.get(t, t), p and t not in fixed) for t, p in zip(hist, pending)),
                           key=lambda r: r[0])[-rate.n:]
+            # The window counts a pending send as leaving now; the spacing counts from the
+            # newest recorded time (migration 0006).
             recent = [now if p and now - PENDING_MAX < t < now else t for t, p in rows]
             want = earliest_send(recent, paused, rate, margin, credit)
+            if rows:
+                want = earliest_send_span(len(rows), min(recent), max(t for t, _ in rows), paused, rate, margin,
+                                          credit)
             ok, t = ledger.reserve(host, lambda: now, rate, margin, "w", credit)
-            assert (ok, t) == ((True, now) if want <= now else (False, pytest.approx(want))), (case, rows, paused)
+            assert (ok, t) == ((True, now) if want <= now else (False, near(want))), (case, rows, paused)
             with db.engine.connect() as conn:
                 logged = sorted(conn.execute(sa.select(SendLog.sent_at, SendLog.pending)
                                              .where(SendLog.host == host)).all())
