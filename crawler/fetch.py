@@ -462,13 +462,9 @@ class Fetcher:
         if self.pacer.departed(granted, actual):
             # A short transaction of its own, not the writer's group: the row stays locked
             # until its commit, and the next grant (which may also write it) waits for that.
-            await asyncio.to_thread(self._apply_departures)
-
-    def _apply_departures(self) -> None:
-        # Autocommit: one round trip per departure instead of BEGIN, UPDATE, COMMIT; each
-        # row is one send's own correction, so nothing needs them committed together.
-        with self.db.engine.connect() as conn:
-            self.pacer.apply_departures(conn.execution_options(isolation_level="AUTOCOMMIT"))
+            # Autocommit: one round trip per departure instead of BEGIN, UPDATE, COMMIT; each
+            # row is one send's own correction, so nothing needs them committed together.
+            await asyncio.to_thread(self.pacer.write_departures)
 
     async def _store(
         self,

@@ -34,13 +34,15 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 import sqlalchemy as sa
 
 from crawler.writer import on_rollback
 from engines.base import Rate
 from engines.base import parse_rate as _parse_rate
+
+T = TypeVar("T")
 
 # ------------------------------------------------------------------------- rates
 
@@ -230,6 +232,13 @@ class MemoryLedger:
         self.outages.pop(host, None)
 
 
+# PostgreSQL, through the driver (DbLedger._autocommit): a send slot (migrations 0005, 0006),
+# and a departure replacing its grant's time.
+_RESERVE_SQL = ("SELECT granted, earliest, outage FROM engines_reserve(%s::text, %s::double precision, "
+                "%s::integer, %s::double precision, %s::double precision, %s::double precision, "
+                "%s::double precision, %s::double precision, %s::text, %s::double precision[])")
+_DEPARTED_SQL = "UPDATE send_log SET sent_at = %s, pending = false WHERE host = %s AND sent_at = %s"
+
 # How long a granted send counts as "may leave any moment" when its sender never
 # corrects it (killed between grant and departure): then its recorded time counts.
 PENDING_MAX = 10.0
@@ -280,11 +289,6 @@ class DbLedger:
             else_=last.c.sent_at,
         )
         self._span = sa.select(sa.func.count(), sa.func.min(adjusted), sa.func.max(last.c.sent_at)).select_from(last)
-        self._reserve_call = sa.text(
-            "SELECT granted, earliest, outage FROM engines_reserve(:h, :now, :n, :period, :margin, :pmax, "
-            "CAST(:csent AS double precision), CAST(:credit AS double precision), :w, "
-            "CAST(:deps AS double precision[]))"
-        )
         self._send_correct = sa.update(self._sl).where(self._sl.c.host == sa.bindparam("h"),
                                                        self._sl.c.sent_at == sa.bindparam("r"))
         self._deferred: deque = deque()  # exclusive: departures not yet written (send_log rows)
@@ -409,6 +413,38 @@ class DbLedger:
                 conn.execute(self._send_insert, {"host": host, "sent_at": current, "worker": worker, "pending": True})
         return True, current
 
+    def _autocommit(self, call: Callable[[Any], T]) -> T:
+        """``call(driver connection)`` on a pooled PostgreSQL connection in autocommit: one
+        statement, committed by the server when it ends, so a lock it takes is released
+        without waiting for this client's COMMIT (a round trip, and this thread's turn at the
+        GIL; held for milliseconds, it serialized the workers sharing a host). Through the
+        driver: SQLAlchemy's statement machinery cost as much client CPU as the call."""
+        pooled = self.db.engine.raw_connection()
+        try:
+            driver = pooled.driver_connection
+            driver.autocommit = True
+            try:
+                return call(driver)
+            finally:
+                if not driver.closed:
+                    driver.autocommit = False
+        finally:
+            pooled.close()
+
+    def write_departures(self, host: str) -> int:
+        """The noted departures of ``host``, written now, each its own statement (no
+        transaction of the caller's); how many. (Shared ledgers.)"""
+        if self.db.dialect != "postgresql":
+            with self.db.engine.connect() as conn:
+                return self.apply_departures(conn.execution_options(isolation_level="AUTOCOMMIT"), host)
+        taken = self._take_departures(host)
+        if taken:
+            rows = [(a, host, r) for r, a in taken]
+            self._autocommit(lambda driver: driver.cursor().executemany(_DEPARTED_SQL, rows))
+            for r, a in taken:
+                self._correct_cache(host, r, a)
+        return len(taken)
+
     def _reserve_pg(
         self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
         credit: tuple[float, float] | None,
@@ -417,22 +453,19 @@ class DbLedger:
         ``engines_reserve`` (migration 0005): the host row stays locked for the server's
         microseconds, not for five round trips of a busy client."""
         taken = self._take_departures(host)
-        with self.db.engine.connect() as conn:
-            if host not in self._known:
+        if host not in self._known:
+            with self.db.engine.connect() as conn:
                 self._ensure_host(conn, host)
                 conn.commit()
-            # One statement in autocommit: the server commits when the function returns, so
-            # the host row's lock is released without waiting for this client's COMMIT (a
-            # round trip, and this thread's turn at the GIL: the lock held for milliseconds
-            # serialized the workers sharing the host).
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        deps = [t for pair in taken for t in pair] or None
+
+        def call(driver) -> tuple[float, tuple]:  # noqa: ANN001 - a psycopg connection
             current = now()
-            granted, t, outage = conn.execute(self._reserve_call, {
-                "h": host, "now": current, "n": rate.n, "period": rate.period, "margin": margin,
-                "pmax": PENDING_MAX, "csent": credit[0] if credit else None,
-                "credit": credit[1] if credit else None, "w": worker,
-                "deps": [t for pair in taken for t in pair] or None,
-            }).one()
+            return current, driver.execute(_RESERVE_SQL, (
+                host, current, rate.n, rate.period, margin, PENDING_MAX, credit[0] if credit else None,
+                credit[1] if credit else None, worker, deps), prepare=True).fetchone()
+
+        _current, (granted, t, outage) = self._autocommit(call)
         for r, a in taken:
             self._correct_cache(host, r, a)
         self._outage[host] = bool(outage)
@@ -462,9 +495,9 @@ class DbLedger:
         self._correct_cache(host, recorded, actual)
 
     def note_departure(self, host: str, recorded: float, actual: float) -> None:
-        """Shared ledgers: the send granted at ``recorded`` left at ``actual``; written by the next
-        :meth:`apply_departures` (the crawl writer's next group, or this process's next grant to
-        the host, inside its transaction), whichever comes first."""
+        """Shared ledgers: the send granted at ``recorded`` left at ``actual``; written by
+        :meth:`write_departures` (right after the send) or by this process's next grant to the
+        host (inside it), whichever comes first."""
         self._departures[(host, recorded)] = actual
 
     def _take_departures(self, host: str) -> list[tuple[float, float]]:
@@ -717,7 +750,7 @@ class Pacer:
 
     def departed(self, recorded: float, actual: float, threshold: float = 0.001) -> bool:
         """A shared-ledger send left: noted in memory now; True when the ledger then needs
-        :meth:`apply_departures` (a database write), False when it is already recorded."""
+        :meth:`write_departures` (a database write), False when it is already recorded."""
         actual = self._departure(recorded, actual, threshold)
         note = getattr(self.ledger, "note_departure", None)
         if note is None:
@@ -726,8 +759,9 @@ class Pacer:
         note(self.host, recorded, actual)
         return True
 
-    def apply_departures(self, conn: sa.Connection) -> None:
-        self.ledger.apply_departures(conn, self.host)
+    def write_departures(self) -> None:
+        """A shared ledger's noted departures of this host, written now (autocommit)."""
+        self.ledger.write_departures(self.host)
 
     def pause(self, until: float) -> None:
         """Hold every send to this host until ``until`` (429 / Retry-After)."""

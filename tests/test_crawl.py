@@ -502,8 +502,8 @@ class _TimedLedger(DbLedger):
         super().__init__(db)
         self.corrected_at: list[float] = []
 
-    def apply_departures(self, conn, host: str) -> int:
-        n = super().apply_departures(conn, host)
+    def write_departures(self, host: str) -> int:
+        n = super().write_departures(host)
         if n:
             self.corrected_at.append(time.time())
         return n

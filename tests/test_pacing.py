@@ -367,3 +367,39 @@ def test_postgres_reserve_function_decides_as_earliest_send(pg_url: str, seed: i
             assert logged == [tuple(x) for x in expect]
     finally:
         db.dispose()
+
+
+@pytest.mark.parametrize("any_db_url", ["sqlite", "postgres"], indirect=True)
+def test_noted_departures_are_written_once_and_replace_their_grants(any_db_url: str) -> None:
+    """Shared ledgers: a send's departure, noted when it leaves, replaces its pending grant
+    in send_log when written (PostgreSQL: through the driver, in autocommit); each noted
+    departure is written once, and only this host's."""
+    import sqlalchemy as sa
+
+    from store.models import SendLog
+
+    db = open_database(any_db_url)
+    t0 = 1_000_000.0
+    try:
+        ledger = DbLedger(db)
+        rate = Rate(5, 1.0)
+        assert ledger.reserve("h", lambda: t0, rate, 0.0, "w") == (True, t0)
+        assert ledger.reserve("h", lambda: t0 + 0.25, rate, 0.0, "w") == (True, t0 + 0.25)
+        assert ledger.reserve("other", lambda: t0, rate, 0.0, "w") == (True, t0)
+        ledger.note_departure("h", t0, t0 + 0.01)
+        ledger.note_departure("h", t0 + 0.25, t0 + 0.3)
+        ledger.note_departure("other", t0, t0 + 0.02)
+        assert ledger.write_departures("h") == 2
+        assert ledger.write_departures("h") == 0
+        with db.engine.connect() as conn:
+            rows = conn.execute(sa.select(SendLog.host, SendLog.sent_at, SendLog.pending)
+                                .order_by(SendLog.host, SendLog.sent_at)).all()
+        assert [tuple(r) for r in rows] == [("h", near(t0 + 0.01), False), ("h", near(t0 + 0.3), False),
+                                            ("other", near(t0), True)]
+        # The next grant writes what is still noted (here the other host's), inside its call.
+        assert ledger.reserve("other", lambda: t0 + 0.5, rate, 0.0, "w") == (True, t0 + 0.5)
+        with db.engine.connect() as conn:
+            assert conn.execute(sa.select(SendLog.sent_at, SendLog.pending).where(SendLog.host == "other")
+                                .order_by(SendLog.sent_at)).all() == [(near(t0 + 0.02), False), (near(t0 + 0.5), True)]
+    finally:
+        db.dispose()
