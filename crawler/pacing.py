@@ -424,7 +424,7 @@ class DbLedger:
             driver = pooled.driver_connection
             driver.autocommit = True
             try:
-                return call(driver)
+                return call(driver)  # a dead connection fails here and the pool drops it (test_pacing)
             finally:
                 if not driver.closed:
                     driver.autocommit = False

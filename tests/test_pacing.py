@@ -403,3 +403,31 @@ def test_noted_departures_are_written_once_and_replace_their_grants(any_db_url: 
                                 .order_by(SendLog.sent_at)).all() == [(near(t0 + 0.02), False), (near(t0 + 0.5), True)]
     finally:
         db.dispose()
+
+
+@pytest.mark.postgres
+def test_a_send_slot_on_a_dead_connection_fails_once_and_the_next_one_reconnects(pg_url: str) -> None:
+    """Send slots go through the driver: a pooled connection whose server process died
+    fails that call, is dropped from the pool, and the next call opens a new one."""
+    import psycopg
+    import sqlalchemy as sa
+
+    db = open_database(pg_url)
+    t0 = 1_000_000.0
+    try:
+        ledger = DbLedger(db)
+        rate = Rate(100, 1.0)
+        assert ledger.reserve("h", lambda: t0, rate, 0.0, "w") == (True, t0)
+        db.engine.dispose()  # the pool empty: the next slot opens the one connection it will hold
+        assert ledger.reserve("h", lambda: t0 + 0.5, rate, 0.0, "w") == (True, t0 + 0.5)
+        admin = sa.create_engine(pg_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as other:
+            other.exec_driver_sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                                  "AND query LIKE '%%engines_reserve%%'")
+        admin.dispose()
+        with pytest.raises(psycopg.OperationalError):
+            ledger.reserve("h", lambda: t0 + 1.0, rate, 0.0, "w")
+        assert ledger.reserve("h", lambda: t0 + 2.0, rate, 0.0, "w") == (True, t0 + 2.0)
+    finally:
+        db.dispose()
