@@ -460,10 +460,8 @@ class Fetcher:
         """The departure of a shared-ledger send: in memory now, in the database at once (or
         with this process's next grant, if that comes first)."""
         if self.pacer.departed(granted, actual):
-            # A short transaction of its own, not the writer's group: the row stays locked
-            # until its commit, and the next grant (which may also write it) waits for that.
-            # Autocommit: one round trip per departure instead of BEGIN, UPDATE, COMMIT; each
-            # row is one send's own correction, so nothing needs them committed together.
+            # Written now, in autocommit (not with the writer's group, which waits for the
+            # response): one statement per departure, each one send's own correction.
             await asyncio.to_thread(self.pacer.write_departures)
 
     async def _store(

@@ -449,9 +449,9 @@ class DbLedger:
         self, host: str, now: Callable[[], float], rate: Rate, margin: float, worker: str,
         credit: tuple[float, float] | None,
     ) -> tuple[bool, float]:
-        """The same steps as the generic reserve below, in one call of the server function
-        ``engines_reserve`` (migration 0005): the host row stays locked for the server's
-        microseconds, not for five round trips of a busy client."""
+        """The same steps as the generic reserve above, in one call of the server function
+        ``engines_reserve`` (migrations 0005, 0006): the host row stays locked for the
+        server's microseconds, not for five round trips of a busy client."""
         taken = self._take_departures(host)
         if host not in self._known:
             with self.db.engine.connect() as conn:
@@ -459,13 +459,12 @@ class DbLedger:
                 conn.commit()
         deps = [t for pair in taken for t in pair] or None
 
-        def call(driver) -> tuple[float, tuple]:  # noqa: ANN001 - a psycopg connection
-            current = now()
-            return current, driver.execute(_RESERVE_SQL, (
-                host, current, rate.n, rate.period, margin, PENDING_MAX, credit[0] if credit else None,
+        def call(driver) -> tuple:  # noqa: ANN001 - a psycopg connection
+            return driver.execute(_RESERVE_SQL, (
+                host, now(), rate.n, rate.period, margin, PENDING_MAX, credit[0] if credit else None,
                 credit[1] if credit else None, worker, deps), prepare=True).fetchone()
 
-        _current, (granted, t, outage) = self._autocommit(call)
+        granted, t, outage = self._autocommit(call)
         for r, a in taken:
             self._correct_cache(host, r, a)
         self._outage[host] = bool(outage)

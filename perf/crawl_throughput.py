@@ -240,19 +240,26 @@ def floor_workers(db_url: str, engine: str, url: str, qs: list[str], concurrency
                   busy: "_MachineBusy") -> tuple[float, float, int]:
     """The floor in ``workers`` processes sharing one PostgreSQL schema, the texts split between them."""
     _FloorArchive("postgresql", db_url).close()  # the tables, once
+    outs = _in_processes(_floor_worker, [(engine, url, qs[i::workers], concurrency, db_url) for i in range(workers)],
+                         busy)
+    return max(o[1] for o in outs) - min(o[0] for o in outs), sum(o[2] for o in outs), sum(o[3] for o in outs)
+
+
+def _in_processes(target, args: list[tuple], busy: "_MachineBusy") -> list[tuple]:  # noqa: ANN001
+    """``target(*a, go, out_q)`` in one spawned process per ``a``, started together once every
+    one is up; what each put on ``out_q``. ``busy`` measures from the start to the last result."""
     ctx = mp.get_context("spawn")
     go, out_q = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_floor_worker, args=(engine, url, qs[i::workers], concurrency, db_url, go, out_q))
-             for i in range(workers)]
+    procs = [ctx.Process(target=target, args=(*a, go, out_q)) for a in args]
     for p in procs:
         p.start()
-    time.sleep(3.0)
+    time.sleep(3.0)  # every process imported and connected before the clock starts
     with busy:
         go.set()
         outs = [out_q.get(timeout=600) for _ in procs]
     for p in procs:
         p.join(timeout=60)
-    return max(o[1] for o in outs) - min(o[0] for o in outs), sum(o[2] for o in outs), sum(o[3] for o in outs)
+    return outs
 
 
 def _options(engine: str, url: str, n: int, rate: Rate, concurrency: int) -> CrawlOptions:
@@ -313,22 +320,15 @@ def crawl_workers(db_url: str, engine: str, url: str, n: int, rate: Rate, concur
     with db.session() as s, s.begin():  # the benchmark is cut to n texts, so "all due" is n
         s.execute(sa.delete(Query).where(Query.benchmark_id == bench.id, Query.query_sha256.not_in(keep)))
     db.dispose()
-    ctx = mp.get_context("spawn")
-    go, out_q = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(db_url, engine, url, rate, concurrency, go, out_q))
-             for _ in range(workers)]
-    for p in procs:
-        p.start()
-    time.sleep(3.0)  # every worker imported and connected before the clock starts
-    with busy or _MachineBusy():
-        go.set()
-        outs = [out_q.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
+    outs = _in_processes(_worker, [(db_url, engine, url, rate, concurrency)] * workers, busy or _MachineBusy())
     answered = sum(o[3] for o in outs)
     assert answered == n, (answered, n)  # fetch once: every text answered exactly once in all
     wall = max(o[5] for o in outs) - min(o[4] for o in outs)
     return wall, sum(o[1] for o in outs), sum(o[2] for o in outs)
+
+
+def _row(wall: float, cpu: float, exchanges: int, busy: _MachineBusy) -> dict:
+    return {"rps": exchanges / wall, "cpu_ms": 1e3 * cpu / exchanges, "cores": busy.cores}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -355,33 +355,33 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         with _MachineBusy() as busy:
             wall, cpu, ex = asyncio.run(bare_loop(args.engine, server.url, qs, args.concurrency))
-        res["bare"] = {"rps": ex / wall, "cpu_ms": 1e3 * cpu / ex, "cores": busy.cores}
+        res["bare"] = _row(wall, cpu, ex, busy)
         for backend in (["sqlite", "postgresql"] if args.backend == "both" else [args.backend]):
             if args.floor:
                 time.sleep(max(1.0, rate.period))
                 with scratch(backend, args.pg) as url, _MachineBusy() as busy:
                     wall, cpu, ex = asyncio.run(floor_loop(args.engine, server.url, qs, args.concurrency, backend, url))
-                res[f"floor_{backend}"] = {"rps": ex / wall, "cpu_ms": 1e3 * cpu / ex, "cores": busy.cores}
+                res[f"floor_{backend}"] = _row(wall, cpu, ex, busy)
             time.sleep(max(1.0, rate.period))
             busy = _MachineBusy()
             with scratch(backend, args.pg) as url:
                 wall, cpu, ex, prof = crawl_once(url, args.engine, server.url, n, rate, args.concurrency,
                                                  args.profile and backend == "sqlite", busy)
             top = top or prof
-            res[backend] = {"rps": ex / wall, "cpu_ms": 1e3 * cpu / ex, "cores": busy.cores}
+            res[backend] = _row(wall, cpu, ex, busy)
             if backend == "postgresql" and args.workers > 1 and args.floor:
                 time.sleep(max(1.0, rate.period))
                 busy = _MachineBusy()
                 with scratch(backend, args.pg) as url:
                     wall, cpu, ex = floor_workers(url, args.engine, server.url, qs, args.concurrency, args.workers, busy)
-                res["floor_workers"] = {"rps": ex / wall, "cpu_ms": 1e3 * cpu / ex, "cores": busy.cores}
+                res["floor_workers"] = _row(wall, cpu, ex, busy)
             if backend == "postgresql" and args.workers > 1:
                 time.sleep(max(1.0, rate.period))
                 busy = _MachineBusy()
                 with scratch(backend, args.pg) as url:
                     wall, cpu, ex = crawl_workers(url, args.engine, server.url, n, rate, args.concurrency,
                                                   args.workers, busy)
-                res["pg_workers"] = {"rps": ex / wall, "cpu_ms": 1e3 * cpu / ex, "cores": busy.cores}
+                res["pg_workers"] = _row(wall, cpu, ex, busy)
     finally:
         server.stop()
     bare = res["bare"]["rps"]
