@@ -133,15 +133,15 @@ def test_retry_after_forms() -> None:
 def test_two_engines_concurrently_zero_violations_and_fetch_once(mpr_url: str, rows) -> None:
     with StandIn("leansearch", rows, rate=RATE).in_thread() as a, \
             StandIn("leanexplore", rows, rate=RATE).in_thread() as b:
-        t0 = time.monotonic()
         summary, rep = crawl(mpr_url, {"leansearch": a, "leanexplore": b})
-        wall = time.monotonic() - t0
         assert summary.exit_code == 0, rep.lines
         for srv in (a, b):
             assert_server_window(srv, RATE)
             assert srv.stats.requests == N_MPR  # one request per text, nothing sent twice
-        # Concurrent engines: about one engine's paced time (69 / 20 per s ≈ 3.5 s), not the sum.
-        assert wall < 2 * (N_MPR / (RATE.n / RATE.period)) * 0.8
+        # Concurrent engines, not one after the other: each engine's paced run (69 / 20 per s
+        # ≈ 3.5 s) overlaps the other's. Checked on the servers' arrival times, not a wall clock.
+        ta, tb = a.stats.receive_times, b.stats.receive_times
+        assert tb[0] < ta[-1] and ta[0] < tb[-1], (ta[0], ta[-1], tb[0], tb[-1])
         assert table_count(mpr_url, Answer) == 2 * N_MPR
         assert table_count(mpr_url, Exchange) == 2 * N_MPR
         assert table_count(mpr_url, ParseOutcome, ParseOutcome.ok.is_(True)) == 2 * N_MPR

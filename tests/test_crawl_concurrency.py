@@ -43,18 +43,20 @@ def _crawl_slow_server(url: str, rows, **kw) -> tuple[float, StandIn]:
 def test_concurrency_reaches_a_limit_above_one_over_latency(any_db_url: str, rows) -> None:
     _load_mpr(any_db_url)
     wall, srv = _crawl_slow_server(any_db_url, rows, concurrency=8)
-    # One in flight needs N × latency = 6.9 s; the limit allows N / 40 per s ≈ 1.7 s.
-    assert wall < 0.6 * N_MPR * LATENCY, wall
+    # One in flight needs N × latency = 6.9 s; the limit allows N / 40 per s ≈ 1.7 s, which
+    # takes more than one request in flight (counted by the server, not timed: load-proof).
+    assert srv.stats.max_in_flight > 1, srv.stats.max_in_flight
     assert max_in_window(srv.stats.receive_times, RATE.period) <= RATE.n
 
 
 def test_default_concurrency_grows_from_the_observed_latency(sqlite_url: str, rows) -> None:
     _load_mpr(sqlite_url)
-    wall, _ = _crawl_slow_server(sqlite_url, rows)
-    assert wall < 0.6 * N_MPR * LATENCY, wall
+    _, srv = _crawl_slow_server(sqlite_url, rows)
+    assert srv.stats.max_in_flight > 1, srv.stats.max_in_flight
 
 
 def test_concurrency_one_is_one_request_at_a_time(sqlite_url: str, rows) -> None:
     _load_mpr(sqlite_url)
-    wall, _ = _crawl_slow_server(sqlite_url, rows, concurrency=1)
+    wall, srv = _crawl_slow_server(sqlite_url, rows, concurrency=1)
     assert wall >= N_MPR * LATENCY  # each answer waited for before the next send
+    assert srv.stats.max_in_flight == 1

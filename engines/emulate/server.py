@@ -89,6 +89,8 @@ class Stats:
     violations: int = 0
     served: int = 0  # 200 answers carrying results (schema-drift and duplicate answers included)
     connections: int = 0  # TCP connections accepted (keep-alive reuses one)
+    in_flight: int = 0  # requests read and not yet answered
+    max_in_flight: int = 0  # the most requests this server held at once (a count, not a clock)
     receive_times: list[float] = field(default_factory=list)
     statuses: Counter = field(default_factory=Counter)
     faults: Counter = field(default_factory=Counter)
@@ -242,7 +244,12 @@ class StandIn:
                 except (ValueError, asyncio.IncompleteReadError):
                     await self._write(writer, Reply(400, b"Bad Request", content_type="text/plain"), False)
                     return
-                outcome = await self._respond(req, arrival)
+                self.stats.in_flight += 1
+                self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+                try:
+                    outcome = await self._respond(req, arrival)
+                finally:
+                    self.stats.in_flight -= 1
                 if outcome == RESET:
                     sock = writer.get_extra_info("socket")
                     if sock is not None:
