@@ -92,6 +92,9 @@ def plot_curves(doc: dict[str, Any], metric: str, out: str | Path) -> Path:
             label = label.split(" (", 1)[0] if label.endswith(")") and " (" in label else label
             if sample:
                 label += f" ({sample})"
+            if s.get("source"):  # an imported run: where it came from
+                src = str(s["source"])
+                label += f" [imported: {src if len(src) <= 40 else src[:39] + '…'}]"
             xs, vs = zip(*pts)
             lo, hi = curves.get(f"{key}_lo"), curves.get(f"{key}_hi")
             if lo and hi:

@@ -141,7 +141,7 @@ def _leaderboard(
             x for x in (
                 str(s.get("engine") or ""),
                 f"epoch {s['epoch']}" if s.get("epoch") is not None else "",
-                "local" if s.get("local") else "remote",
+                "imported" if s.get("engine") == "run" else "local" if s.get("local") else "remote",
             ) if x
         )
         cells = "".join(_value_cell(s, m, best[m]) for m in metrics)
@@ -156,6 +156,7 @@ def _leaderboard(
             f'<b>{e(shorts[label])}</b>'
             + (f'<div class="sub">{e(label[len(shorts[label]):].strip())}</div>' if shorts[label] != label else "")
             + f'<div class="sub" title="config {e(s.get("config_hash"))}">{e(sub)}</div>'
+            + (f'<div class="sub source">source: {e(s["source"])}</div>' if s.get("source") else "")
             f'<div class="badges">{_badges(s)}</div></td>'
             f'<td class="num">{e(s.get("n"))}</td>'
             f'<td class="num">{e(dropped)}</td>'
@@ -645,7 +646,7 @@ def _methodology(score: dict[str, Any], systems: list[dict[str, Any]], json_sha:
         )
     sys_rows = "".join(
         f'<tr><td>{e(system_label(s))}</td><td>{e(s.get("engine"))}</td><td class="mono">{e(s.get("config_hash"))}</td>'
-        f'<td class="num">{e(s.get("epoch"))}</td><td>{"local" if s.get("local") else "remote"}</td>'
+        f'<td class="num">{e(s.get("epoch"))}</td><td>{"imported" if s.get("engine") == "run" else "local" if s.get("local") else "remote"}</td>'
         f'<td class="num">{e(s.get("result_cap") or "")}</td><td>{e(s.get("licence") or "")}</td>'
         f'<td class="mono small">{e(json.dumps(s.get("params") or {}, sort_keys=True, ensure_ascii=False))}</td></tr>'
         for s in systems

@@ -112,6 +112,8 @@ class SystemScore:
             "breakdowns": self.breakdowns,
             "per_query": self.per_query,
             "sample": self.sample,
+            # Imported runs (engine "run", store.runs): where the run came from (--source).
+            "source": r.params.get("source") if r.engine == "run" else None,
         }
 
 
@@ -691,6 +693,8 @@ def _score_system(
         badges.append(f"k≤{cap}")
     if snapshot is not None:
         badges.append("different corpus")
+    if ref.engine == "run":  # an imported run file (store.runs), not measured by us
+        badges.append("imported")
     if sample is not None:
         badges.append(f"n={len(scored)} sampled")
     coverage = (len(snapshot) if snapshot is not None else len(present)) / len(gold) if gold else None

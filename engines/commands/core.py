@@ -108,11 +108,17 @@ def corpus_list(ctx: typer.Context) -> None:
 @bench_app.command("load")
 def bench_load(
     ctx: typer.Context,
-    src: list[Path] = typer.Argument(None, help="Benchmark files (MathlibQR.json, MathlibMPR.json, subsets)."),
+    src: list[Path] = typer.Argument(
+        None, help="Benchmark files (MathlibQR.json, MathlibMPR.json, subsets), a BEIR directory or a JSONL benchmark."
+    ),
     shipped: bool = typer.Option(False, "--shipped", help="Load every benchmark file shipped with the package."),
     name: Optional[str] = typer.Option(None, "--name", help="Name to load under (default: the canonical name)."),
     allow_modified: bool = typer.Option(
         False, "--allow-modified", help="Accept a file whose sha256 differs from the published one (hash recorded)."
+    ),
+    split: str = typer.Option("test", "--split", help="BEIR directory: the qrels split to load (qrels/SPLIT.tsv)."),
+    task: Optional[str] = typer.Option(
+        None, "--task", help="BEIR/JSONL: theorem-search or premise-retrieval (default: by the number of gold units)."
     ),
 ) -> None:
     """Load benchmark files; known files are verified by sha256."""
@@ -123,13 +129,17 @@ def bench_load(
     db = get_db(ctx)
     results = load_shipped(db) if shipped else []
     for path in src or []:
-        results.append(load_benchmark_file(db, path, name=name, allow_modified=allow_modified))
+        results.append(load_benchmark_file(db, path, name=name, allow_modified=allow_modified, split=split, task=task))
     for res in results:
         what = ", ".join(res.names)
         state = "loaded" if res.created else "already loaded"
         flag = " (MODIFIED: hash recorded)" if res.modified else ""
         counts = ", ".join(f"{k} {v}" for k, v in res.counts.items())
         info(f"{state} {res.kind} {what} [sha256 {res.sha256[:12]}]{flag}: {counts}")
+        for corpus, held, total in res.corpus_gold or []:
+            info(f"  corpus {corpus} holds {held} of {total} gold names")
+        if res.corpus_gold == []:
+            info("  no corpus loaded yet: load one (engines corpus load) before scoring")
 
 
 @bench_app.command("list")

@@ -1,4 +1,5 @@
-"""``engines run bm25`` and ``engines run dense``: the local rows of the comparison.
+"""``engines run bm25`` and ``engines run dense``: the local rows of the comparison;
+``engines run import`` / ``engines run drop``: rows from other people's run files.
 
 Both write answers and resolved hits into the same tables as crawled engines, so
 ``engines score`` ranks them side by side. Re-running skips queries the configuration
@@ -13,7 +14,10 @@ import typer
 
 from engines.commands.common import get_db, info, progress_counter
 
-run_app = typer.Typer(help="Run local engines (BM25, dense embedding models) over a benchmark.", no_args_is_help=True)
+run_app = typer.Typer(
+    help="Run local engines (BM25, dense embedding models) over a benchmark; import or drop run files.",
+    no_args_is_help=True,
+)
 
 
 def _report(s) -> None:  # noqa: ANN001
@@ -88,6 +92,48 @@ def run_dense_cmd(
         progress=progress_counter,
     )
     _report(summary)
+
+
+@run_app.command("import")
+def run_import_cmd(
+    ctx: typer.Context,
+    file: str = typer.Argument(..., help="A TREC run (plain or .gz) or a JSONL run ({qid|query, ranked})."),
+    bench: str = typer.Option(..., "--bench", "-b", help="The benchmark the run answers."),
+    name: str = typer.Option(..., "--name", "-n", help="The row's name in tables and plots (not an engine's name)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="trec or jsonl (default: by content)."),
+    source: Optional[str] = typer.Option(None, "--source", help="Where the run comes from (shown, not part of the identity)."),
+    docnos: Optional[str] = typer.Option(
+        None, "--docnos", help="DOCNO -> name map (docnos.tsv of engines score --trec; default: the one beside FILE)."
+    ),
+) -> None:
+    """Import a run file as a system row (engine `run`, badge `imported`), scored like any other."""
+    from store.runs import import_run
+
+    db = get_db(ctx)
+    res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos)
+    p = res.parsed
+    via = f", DOCNOs read through {p.docnos}" if p.docnos else ""
+    if not res.created:
+        extra = "; source updated" if res.source_changed else ""
+        info(f"run {res.label}: config {res.config_id}; already imported from this file (sha256 {p.sha256[:12]}), "
+             f"nothing to do{extra}")
+    else:
+        info(f"imported run {res.label} ({p.format}{via}): config {res.config_id}, sha256 {p.sha256[:12]}; "
+             f"{res.answers} answered query texts, {res.hits} hits, {res.unanswered} query texts unanswered")
+    for note in res.notes:
+        info(f"note: {note}")
+
+
+@run_app.command("drop")
+def run_drop_cmd(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The --name an imported run was given."),
+) -> None:
+    """Remove an imported run (its configurations, answers and hits) in one transaction."""
+    from store.runs import drop_run
+
+    res = drop_run(get_db(ctx), name)
+    info(f"dropped run {name}: {res.configs} configuration(s), {res.answers} answers, {res.hits} hits")
 
 
 def register(app: typer.Typer) -> None:

@@ -56,6 +56,8 @@ def _main_table(doc: dict) -> Table:
             badges[badges.index("incomplete")] = f"incomplete ({s['unanswered']} unanswered)"
         if s.get("licence"):
             badges.append(s["licence"])
+        if s.get("source") and "imported" in badges:
+            badges[badges.index("imported")] = f"imported ({escape(str(s['source']))})"
         cov = [_fmt(s.get("coverage"))] if show_cov else []
         table.add_row(
             escape(s["id"]), escape(_epoch_cell(s)), str(s["n"]), str(s["dropped"]), *cov,
