@@ -16,6 +16,8 @@ Written so that trec_eval's numbers equal ours:
   and keeps its slot, exactly as the scorer's positions do.
 - ``docnos.tsv``: every DOCNO written, with the name (or placeholder meaning) it stands
   for, and for qrels DOCNOs the query and the group's names.
+- ``docnos.tsv`` also names each run's result cap in a ``# result_cap<TAB>TAG<TAB>N|none``
+  comment line, so ``engines run import`` gives the row the same cap (an exact round trip).
 - one TAG per system (its id, made safe), unanswered queries have no lines (ir_measures
   then scores them 0, as we do; plain trec_eval needs ``-c`` for that).
 
@@ -101,12 +103,14 @@ def export_trec(db: Database, result: ScoreResult, out_dir: str | Path) -> list[
         ).scalar_one()
         by_qid_sha = {q["qid"]: query_sha256(q["text"]) for q in queries}
         tags: set[str] = set()
+        caps: dict[str, int | None] = {}  # run tag → the system's result cap (read back by store.runs)
         for system in result.systems:
             ref = system.ref
             tag = safe_token(ref.id)
             while tag in tags:
                 tag += "_"
             tags.add(tag)
+            caps[tag] = ref.result_cap
             hits = _system_hits(s, ref.config_id, ref.epoch, corpus_id, sorted(set(by_qid_sha.values())), k_max)
             path = out / f"run.{tag}.txt"
             with open(path, "w", encoding="utf-8") as fh:
@@ -133,6 +137,8 @@ def export_trec(db: Database, result: ScoreResult, out_dir: str | Path) -> list[
     mpath = out / MAPPING_FILE
     with open(mpath, "w", encoding="utf-8") as fh:
         fh.write("# DOCNO\tname (percent-decoded UTF-8; '!' DOCNOs are placeholders)\n")
+        for tag, cap in sorted(caps.items()):
+            fh.write(f"# result_cap\t{tag}\t{'none' if cap is None else cap}\n")
         for doc in sorted(mapping):
             fh.write(f"{doc}\t{mapping[doc]}\n")
     paths.append(mpath)

@@ -59,6 +59,9 @@ class ParsedRun:
     # Queries whose scores disagree with the rank column (TREC): we keep the rank order.
     score_disagreements: int = 0
     docnos: str | None = None  # the mapping file the DOCNOs were read through
+    # Our own export names each run's result cap in docnos.tsv; else the longest list gives it.
+    cap_known: bool = False
+    result_cap: int | None = None
 
 
 @dataclass
@@ -101,19 +104,26 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_docnos(path: Path) -> dict[str, str]:
-    """DOCNO → name from a ``docnos.tsv`` of our TREC export (placeholders map to themselves)."""
+def read_docnos(path: Path) -> tuple[dict[str, str], dict[str, int | None]]:
+    """DOCNO → name from a ``docnos.tsv`` of our TREC export (placeholders map to themselves),
+    and run tag → result cap from its ``# result_cap`` lines."""
     if not path.is_file():
         raise InputError(f"--docnos {path} does not exist or is not a file")
     out: dict[str, str] = {}
+    caps: dict[str, int | None] = {}
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.startswith("# result_cap\t"):
+            parts = line.split("\t")
+            if len(parts) == 3 and (parts[2] == "none" or parts[2].isdigit()):
+                caps[parts[1]] = None if parts[2] == "none" else int(parts[2])
+            continue
         if not line.strip() or line.startswith("#"):
             continue
         doc, sep, name = line.partition("\t")
         if not sep:
             raise InputError(f"{path}:{lineno}: expected 'DOCNO<TAB>name'; is this a docnos.tsv of engines score --trec?")
         out[doc] = doc if doc.startswith(PLACEHOLDER) else name
-    return out
+    return out, caps
 
 
 def _detect(path: Path) -> str:
@@ -151,7 +161,8 @@ def parse_run(
             mapping_path = path.parent / DOCNOS_FILE
     elif docnos is not None:
         raise InputError("--docnos applies to TREC runs only")
-    mapping = read_docnos(mapping_path) if mapping_path is not None else None
+    mapping, caps = read_docnos(mapping_path) if mapping_path is not None else (None, {})
+    tags: set[str] = set()
 
     def check(key: str, by: str, lineno: int) -> None:
         known = qids if by == "qid" else texts
@@ -217,7 +228,8 @@ def parse_run(
         where = f"{path}:{lineno}"
         if len(cols) != 6:
             raise InputError(f"{where}: expected 'qid Q0 docno rank score tag' (6 columns), got {len(cols)}")
-        qid, _, doc, rank_s, score_s, _ = cols
+        qid, _, doc, rank_s, score_s, tag = cols
+        tags.add(tag)
         try:
             rank = int(rank_s)
             score = float(score_s)
@@ -247,8 +259,11 @@ def parse_run(
         if any(b > a for a, b in zip(scores, scores[1:])):
             disagree += 1
         out.append(RunList(qid, "qid", first[qid], [ranks[r][1] for r in order]))
-    return ParsedRun(path, file_sha256(path), fmt, out, lines, disagree,
-                     str(mapping_path) if mapping_path is not None else None)
+    parsed = ParsedRun(path, file_sha256(path), fmt, out, lines, disagree,
+                       str(mapping_path) if mapping_path is not None else None)
+    if len(tags) == 1 and next(iter(tags)) in caps:
+        parsed.cap_known, parsed.result_cap = True, caps[next(iter(tags))]
+    return parsed
 
 
 # ------------------------------------------------------------------ the benchmark
@@ -335,10 +350,12 @@ def write_run(
     source: str | None,
     lists: dict[str, tuple[str, list[str]]],
     k_max: int = K_MAX,
+    result_cap: int | None | str = "longest",
 ) -> tuple[EngineConfig, bool, int]:
     """The configuration and answers of one run (caller's transaction): (config, created,
     hits written). An existing configuration of the same identity is left as it is (its
-    ``source`` updated if a new one is given)."""
+    ``source`` updated if a new one is given). ``result_cap``: "longest" = the longest
+    list when shorter than ``k_max`` (the ``k≤N`` badge), else the cap to record."""
     from engines.base import config_hash
 
     check_name(session, name)
@@ -354,7 +371,7 @@ def write_run(
         engine=ENGINE, endpoint_version=ENDPOINT_VERSION,
         params={**identity, "source": source, "lists": len(lists), "longest": longest},
         config_hash=digest, label=name, local=False,
-        result_cap=longest if 0 < longest < k_max else None,
+        result_cap=(longest if 0 < longest < k_max else None) if result_cap == "longest" else result_cap,
     )
     session.add(cfg)
     session.flush()
@@ -386,7 +403,8 @@ def import_run(
         lists, cut = match_benchmark(parsed, by_qid, by_text, k_max)
         before = None
         cfg, created, hits = write_run(s, bench=b.name, name=name, sha256=parsed.sha256, fmt=parsed.format,
-                                       source=source, lists=lists, k_max=k_max)
+                                       source=source, lists=lists, k_max=k_max,
+                                       result_cap=parsed.result_cap if parsed.cap_known else "longest")
         if not created:
             before = s.scalar(sa.select(sa.func.count()).select_from(Answer).where(Answer.config_id == cfg.id))
         res = ImportResult(
