@@ -138,18 +138,18 @@ def test_jsonl_benchmark_gold_groups_and_shared_text(sqlite_cli, tmp_path):
         db.dispose()
 
 
-@pytest.mark.parametrize(
-    ("lines", "needles"),
-    [
-        ([{"qid": "a", "query": "x", "gold": ["A"]}, {"qid": "a", "query": "y", "gold": ["B"]}], [":2:", "duplicate qid 'a'"]),
-        ([{"qid": "a", "query": "x", "gold": []}], [":1:", "no gold"]),
-        ([{"qid": "a", "query": "x", "gold": ["A"]}, "{not json"], [":2:", "not a JSON line"]),
-    ],
-)
-def test_jsonl_benchmark_refusals_write_nothing(sqlite_cli, tmp_path, lines, needles):
-    path = tmp_path / "bad.jsonl"
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in lines), encoding="utf-8")
-    _error(sqlite_cli("bench", "load", path, "--name", "bad"), *needles)
+BAD_BENCHMARKS = [
+    ([{"qid": "a", "query": "x", "gold": ["A"]}, {"qid": "a", "query": "y", "gold": ["B"]}], [":2:", "duplicate qid 'a'"]),
+    ([{"qid": "a", "query": "x", "gold": []}], [":1:", "no gold"]),
+    ([{"qid": "a", "query": "x", "gold": ["A"]}, "{not json"], [":2:", "not a JSON line"]),
+]
+
+
+def test_jsonl_benchmark_refusals_write_nothing(sqlite_cli, tmp_path):
+    for lines, needles in BAD_BENCHMARKS:
+        path = tmp_path / "bad.jsonl"
+        path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in lines), encoding="utf-8")
+        _error(sqlite_cli("bench", "load", path, "--name", "bad"), *needles)
     assert _count(sqlite_cli.url, Benchmark) == 0
 
 
@@ -242,24 +242,24 @@ def test_jsonl_run_by_qid_and_by_text_first_occurrence_and_cut(sqlite_cli, tmp_p
     assert js["result_cap"] is None and _count(sqlite_cli.url, Hit) == 3 + 200 + 1
 
 
-@pytest.mark.parametrize(
-    ("content", "needles"),
-    [
-        ('{"qid": "q1-lean", "ranked": ["A"]}\n{"qid": "nope", "ranked": ["B"]}\n', [":2:", "qid 'nope' is not in benchmark byo-divisors"]),
-        ('{"qid": "q1-lean", "ranked": ["A"]}\n{"qid": "q2-lean", "ranked": "B"}\n', [":2:", "'ranked' must be a list"]),
-        ('{"qid": "q1-lean", "ranked": ["A"]}\n{"query": "divisors p = {1, p}", "ranked": ["B"]}\n',
-         [":2:", "'divisors p = {1, p}' has two different lists"]),
-        ('{"qid": "q1-lean", "ranked": ["A"]}\n{"query": "what?", "ranked": ["B"]}\n', [":2:", "query text 'what?' is not in"]),
-        ("q1-lean Q0 A 1 1.0 t\nq1-lean Q0 B 1 0.5 t\n", [":2:", "rank 1 repeated in query 'q1-lean'"]),
-        ("q1-lean Q0 A 1 1.0 t\nq1-lean Q0 B two 0.5 t\n", [":2:", "rank 'two' must be an integer"]),
-        ("q1-lean Q0 A 1 1.0\n", [":1:", "6 columns"]),
-    ],
-)
-def test_bad_runs_are_refused_in_one_line_and_write_nothing(sqlite_cli, tmp_path, content, needles):
+BAD_RUNS = [
+    ('{"qid": "q1-lean", "ranked": ["A"]}\n{"qid": "nope", "ranked": ["B"]}\n', [":2:", "qid 'nope' is not in benchmark byo-divisors"]),
+    ('{"qid": "q1-lean", "ranked": ["A"]}\n{"qid": "q2-lean", "ranked": "B"}\n', [":2:", "'ranked' must be a list"]),
+    ('{"qid": "q1-lean", "ranked": ["A"]}\n{"query": "divisors p = {1, p}", "ranked": ["B"]}\n',
+     [":2:", "'divisors p = {1, p}' has two different lists"]),
+    ('{"qid": "q1-lean", "ranked": ["A"]}\n{"query": "what?", "ranked": ["B"]}\n', [":2:", "query text 'what?' is not in"]),
+    ("q1-lean Q0 A 1 1.0 t\nq1-lean Q0 B 1 0.5 t\n", [":2:", "rank 1 repeated in query 'q1-lean'"]),
+    ("q1-lean Q0 A 1 1.0 t\nq1-lean Q0 B two 0.5 t\n", [":2:", "rank 'two' must be an integer"]),
+    ("q1-lean Q0 A 1 1.0\n", [":1:", "6 columns"]),
+]
+
+
+def test_bad_runs_are_refused_in_one_line_and_write_nothing(sqlite_cli, tmp_path):
     _example(sqlite_cli)
-    path = tmp_path / "bad.run"
-    path.write_text(content, encoding="utf-8")
-    _error(sqlite_cli("run", "import", path, "--bench", "byo-divisors", "--name", "bad"), *needles)
+    for content, needles in BAD_RUNS:
+        path = tmp_path / "bad.run"
+        path.write_text(content, encoding="utf-8")
+        _error(sqlite_cli("run", "import", path, "--bench", "byo-divisors", "--name", "bad"), *needles)
     assert _count(sqlite_cli.url, EngineConfig) == 0 and _count(sqlite_cli.url, Answer) == 0
 
 
