@@ -157,7 +157,7 @@ def _leaderboard(
             + (f'<div class="sub">{e(label[len(shorts[label]):].strip())}</div>' if shorts[label] != label else "")
             + f'<div class="sub" title="config {e(s.get("config_hash"))}">{e(sub)}</div>'
             + (f'<div class="sub source">source: {e(s["source"])}</div>' if s.get("source") else "")
-            f'<div class="badges">{_badges(s)}</div></td>'
+            + f'<div class="badges">{_badges(s)}</div></td>'
             f'<td class="num">{e(s.get("n"))}</td>'
             f'<td class="num">{e(dropped)}</td>'
             f'<td class="num{" alert" if unanswered else ""}">{e(unanswered)}</td>'

@@ -171,14 +171,15 @@ def test_trec_run_import_scored_beside_bm25_then_dropped(cli, tmp_path):
     _ok(cli("run", "bm25", "--bench", "byo-divisors", "--fields", "name,signature,docstring"))
     res = _ok(cli("run", "import", DATA / "my-run.trec", "--bench", "byo-divisors", "--name", "my-run",
                   "--source", "hand-written example"))
-    assert "7 answered query texts, 15 hits, 1 query texts unanswered" in res.stderr
+    assert "7 answered query texts, 70 hits, 1 query texts unanswered" in res.stderr
+    assert "note: 1 of 7 queries have scores that disagree with their ranks" in res.stderr
     again = _ok(cli("run", "import", DATA / "my-run.trec", "--bench", "byo-divisors", "--name", "my-run"))
     assert "nothing to do" in again.stderr
     assert _count(cli.url, EngineConfig, EngineConfig.engine == "run") == 1
     doc = _doc(cli, tmp_path)
     mine = next(s for s in doc["systems"] if s["id"] == "my-run")
     assert mine["engine"] == "run" and mine["source"] == "hand-written example"
-    assert mine["badges"] == ["incomplete", "k≤3", "imported"] and mine["unanswered"] == 1
+    assert mine["badges"] == ["incomplete", "k≤10", "imported"] and mine["unanswered"] == 1
     assert mine["params"]["format"] == "trec" and len(mine["params"]["sha256"]) == 64
     assert mine["resolution"]["not_in_corpus"] == 1  # Nat.Divisors.not_a_real_name keeps its rank
     # q3-natural: the gold is third, behind a name the corpus does not hold.
@@ -198,9 +199,9 @@ def test_trec_run_import_scored_beside_bm25_then_dropped(cli, tmp_path):
     assert len(ids) == 2 and all(i.startswith("my-run#") for i in ids)
     hits_before = _count(cli.url, Hit)
     res = _ok(cli("run", "drop", "my-run"))
-    assert "2 configuration(s), 15 answers, 31 hits" in res.stderr
+    assert "2 configuration(s), 15 answers, 141 hits" in res.stderr
     assert _count(cli.url, EngineConfig, EngineConfig.engine == "run") == 0
-    assert _count(cli.url, Hit) == hits_before - 31 and _count(cli.url, EngineConfig) == 1  # bm25 stays
+    assert _count(cli.url, Hit) == hits_before - 141 and _count(cli.url, EngineConfig) == 1  # bm25 stays
     _error(cli("run", "drop", "my-run"), "no imported run named 'my-run'")
 
 
