@@ -190,6 +190,10 @@ def test_trec_run_import_scored_beside_bm25_then_dropped(cli, tmp_path):
     assert "imported" not in bm25["badges"] and bm25["source"] is None
     table = _ok(cli("score", "--bench", "byo-divisors")).stdout
     assert "imported (hand-written example)" in table
+    _ok(cli("report", "--from-json", tmp_path / "score.json", "--out", tmp_path / "report"))
+    assert "source: hand-written example" in (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
+    _ok(cli("plot", "--from-json", tmp_path / "score.json", "-o", tmp_path / "plot.svg"))
+    assert "my-run [imported: hand-written example]" in (tmp_path / "plot.svg").read_text(encoding="utf-8")
     # A changed file under the same name is a new row, never an overwrite.
     changed = tmp_path / "my-run.trec"
     changed.write_text((DATA / "my-run.trec").read_text(encoding="utf-8") + "q4-lean Q0 Nat.divisor_le 1 1.0 my-run\n")
@@ -304,3 +308,15 @@ def test_our_own_export_is_read_back_through_docnos(sqlite_cli, tmp_path):
         db.dispose()
     assert names == ["Nat.Perfect", "!dup!2", "Nat.Prime.divisors", "ℕ.λ x"]
 
+
+
+def test_perf_script_runs_at_a_small_size():
+    """perf/run_import.py cannot rot: it runs end to end at a tiny size (no timing asserted)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, str(root / "perf" / "run_import.py"), "--queries", "30", "--names", "5"],
+                          capture_output=True, text=True, cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "30 queries × 5 names = 150 hits" in proc.stdout and "ratio" in proc.stdout
