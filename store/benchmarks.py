@@ -509,6 +509,9 @@ def load_external(
     path = Path(src).expanduser()
     if not path.exists():
         raise InputError(f"benchmark source {path} does not exist")
+    if not name and path.is_dir():
+        raise InputError(f"benchmark source {path} is a directory: a BEIR directory (queries.jsonl, qrels/) "
+                         "loads with --name NAME; otherwise pass a .json or .txt benchmark file")
     if not name:
         raise InputError(f"{path}: a benchmark of another project needs --name (e.g. --name my-bench)")
     if task is not None and task not in TASKS:

@@ -154,7 +154,8 @@ def test_jsonl_benchmark_refusals_write_nothing(sqlite_cli, tmp_path):
 
 
 def test_external_benchmark_needs_a_name(sqlite_cli):
-    _error(sqlite_cli("bench", "load", DATA / "beir"), "needs --name")
+    _error(sqlite_cli("bench", "load", DATA / "beir"), "is a directory", "--name NAME")
+    _error(sqlite_cli("bench", "load", DATA / "my-run.trec.jsonl"), "does not exist")
 
 
 # ---------------------------------------------------------------------- runs
