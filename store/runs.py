@@ -38,7 +38,6 @@ FORMATS = ("trec", "jsonl")
 K_MAX = 200
 MAX_LINE_BYTES = 1 << 20
 DOCNOS_FILE = "docnos.tsv"  # written by scoring.export beside its run files
-PLACEHOLDER = "!"  # our TREC export's placeholder DOCNOs start with it; kept as names (never resolve)
 
 
 @dataclass
@@ -127,7 +126,10 @@ def read_docnos(path: Path) -> tuple[dict[str, str], dict[str, int | None]]:
         doc, sep, name = line.partition("\t")
         if not sep:
             raise InputError(f"{path}:{lineno}: expected 'DOCNO<TAB>name'; is this a docnos.tsv of engines score --trec?")
-        out[doc] = doc if doc.startswith(PLACEHOLDER) else name
+        # "!dup!<rank>" (a repeat, or a gold row the matching did not credit) stays a
+        # placeholder: it never resolves and keeps its rank. "!u<j>!…" (a credited row whose
+        # unit's names all went to earlier units) maps to that unit's first name.
+        out[doc] = doc if doc.startswith("!dup!") or not name else name
     return out, caps
 
 
