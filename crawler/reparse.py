@@ -78,20 +78,10 @@ class ReparseSummary:
 
 
 def adapter_for_config(cfg: EngineConfig):
-    """The current adapter for a stored configuration (its identity minus the bookkeeping)."""
-    from engines.registry import ENGINES
+    """The current adapter for a stored configuration (:func:`engines.registry.adapter_for_config`)."""
+    from engines.registry import adapter_for_config as rebuild
 
-    cls = ENGINES.get(cfg.engine)
-    if cls is None:
-        raise InputError(f"no adapter for engine {cfg.engine!r}")
-    params = dict(cfg.params or {})
-    params.pop("engine", None)
-    endpoint = params.pop("endpoint_version", None)
-    base_url = params.pop("base_url", None) or cls.DEFAULT_URL  # never the environment's URL
-    adapter = cls(base_url, **params)
-    if endpoint is not None and endpoint != adapter.endpoint_version:
-        raise InputError(f"stored endpoint {endpoint!r}, the adapter speaks {adapter.endpoint_version!r}")
-    return adapter
+    return rebuild(cfg.engine, cfg.params)
 
 
 class _Batch:

@@ -24,9 +24,12 @@ Import reads a bundle once, verifying every digest, inside one transaction: the 
 bad record (digest mismatch, truncation, a response without its request) aborts it
 with one line naming that record, and nothing is written. Exchanges are keyed by
 (configuration, request fingerprint, send time, attempt), so importing twice adds
-nothing. After the commit, every imported 2xx exchange is parsed with the *current*
-parser into answers (:func:`crawler.fetch.write_answers_in`), exactly as the crawler
-does; a run interrupted there is completed by the next import or crawl.
+nothing. Every configuration's adapter is rebuilt (:func:`engines.registry.adapter_for_config`)
+when its first exchange is read: one that cannot be (an unknown parameter, an endpoint the
+adapter no longer speaks) aborts the import too. Every imported 2xx exchange is then parsed
+with the *current* parser into answers (:func:`crawler.fetch.write_answers_in`), exactly as
+the crawler does, in the same transaction: an import that fails or is interrupted leaves
+the database as it found it.
 
 A WARC written by another tool imports too when its request/response records target
 a known engine host (the public URL of an engine): the configuration is the engine's
@@ -379,7 +382,7 @@ def _known_hosts() -> dict[str, str]:
 
 def _foreign_identity(engine: str, method: str, url: str, body: bytes) -> tuple[Any, list[str]]:
     """(adapter, query texts) of a request another tool archived, from the engine's request shape."""
-    from engines.registry import get_adapter
+    from engines.registry import adapter_for_config
 
     q = parse_qs(urlsplit(url).query)
     data: Any = {}
@@ -407,7 +410,7 @@ def _foreign_identity(engine: str, method: str, url: str, body: bytes) -> tuple[
             params["packages"] = q["packages"][0]
     else:  # loogle
         texts = q.get("q", [])[:1]
-    return get_adapter(engine, **params), [str(t) for t in texts]
+    return adapter_for_config(engine, params), [str(t) for t in texts]
 
 
 def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
@@ -423,6 +426,7 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
     t0 = time.perf_counter()
     hosts = _known_hosts()
     configs_by_hash: dict[str, int] = {}
+    adapters: dict[int, Any] = {}  # config id -> its rebuilt adapter (checked before its exchanges are written)
     info_configs: dict[str, dict[str, Any]] = {}
     info_epochs: list[dict[str, Any]] = []
     pending: dict[str, _Rec] = {}  # requests (or responses) waiting for their partner, by record id
@@ -438,12 +442,21 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
         def config_id_for(h: str, rec: _Rec) -> int:
             if h in configs_by_hash:
                 return configs_by_hash[h]
-            found = s.execute(sa.select(EngineConfig.id).where(EngineConfig.config_hash == h)).scalar_one_or_none()
+            from engines.registry import adapter_for_config
+
+            stored = s.execute(sa.select(EngineConfig.id, EngineConfig.engine, EngineConfig.params)
+                               .where(EngineConfig.config_hash == h)).one_or_none()
+            found = stored.id if stored is not None else None
+            c = info_configs.get(h) if stored is None else {"engine": stored.engine, "params": stored.params}
+            if c is None:
+                raise BadBundle(f"{label}: {rec.name()} names configuration {h[:12]} that the warcinfo record "
+                                "does not describe; nothing was imported")
+            try:
+                adapter = adapter_for_config(c["engine"], c.get("params"))
+            except UserError as exc:
+                raise BadBundle(f"{label}: configuration {h[:12]} ({c.get('label') or c['engine']}) cannot be "
+                                f"parsed by this version: {exc.message}; nothing was imported") from None
             if found is None:
-                c = info_configs.get(h)
-                if c is None:
-                    raise BadBundle(f"{label}: {rec.name()} names configuration {h[:12]} that the warcinfo record "
-                                    "does not describe; nothing was imported")
                 cfg = ensure_config(s, engine=c["engine"], endpoint_version=c["endpoint_version"], params=c["params"],
                                     config_hash=h, label=c.get("label"), result_cap=c.get("result_cap"),
                                     licence=c.get("licence"))
@@ -451,6 +464,7 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
                 found = cfg.id
                 summary.configs_added += 1
             configs_by_hash[h] = found
+            adapters[found] = adapter
             return found
 
         def flush() -> None:
@@ -597,29 +611,33 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
                         started_at=_parse_date(e["started_at"]) if e.get("started_at") else None))
         crawl.finished_at = utcnow()
         crawl.summary = {"added": summary.added, "duplicates": summary.duplicates, "records": summary.records}
-    summary.seconds_archive = time.perf_counter() - t0
-    parse_imported(db, summary)
+        s.flush()
+        summary.seconds_archive = time.perf_counter() - t0
+        # In the same transaction: a failure or Ctrl-C while parsing leaves nothing behind.
+        parse_imported(db, summary, into=s.connection(), adapters=adapters)
     summary.seconds_parse = time.perf_counter() - t0 - summary.seconds_archive
     return summary
 
 
-def parse_imported(db, summary: ImportSummary) -> None:
-    """Answers from every unparsed 2xx exchange of the imported configurations (current parsers)."""
+def parse_imported(db, summary: ImportSummary, *, into=None, adapters: dict[int, Any] | None = None) -> None:
+    """Answers from every unparsed 2xx exchange of the imported configurations (current parsers),
+    in the transaction of connection ``into`` when given, else one transaction per batch."""
+    from contextlib import nullcontext
+
     from crawler.fetch import write_answers_in, write_parse_failure
     from engines.base import EngineHTTPError, EngineOutage, EngineParseError
-    from engines.registry import get_adapter
+    from engines.registry import adapter_for_config
     from store.benchmarks import query_sha256
 
     for cid in sorted(summary.configs):
-        with db.session() as s:
-            cfg = s.get(EngineConfig, cid)
-            params = {k: v for k, v in (cfg.params or {}).items() if k not in ("engine", "endpoint_version", "base_url")}
-            base = (cfg.params or {}).get("base_url")
-            engine = cfg.engine
-        adapter = get_adapter(engine, base_url=base or None, **params)
+        adapter = (adapters or {}).get(cid)
+        if adapter is None:
+            with db.session() as s:
+                cfg = s.get(EngineConfig, cid)
+                adapter = adapter_for_config(cfg.engine, cfg.params)
         last_id = 0
         while True:
-            with db.session() as s:
+            with (nullcontext(into) if into is not None else db.session()) as s:
                 batch = s.execute(
                     sa.select(Exchange.id, Exchange.epoch, Exchange.query_texts, Exchange.status_code,
                               Exchange.response_headers, Exchange.response_body, Exchange.elapsed_ms)
@@ -632,7 +650,7 @@ def parse_imported(db, summary: ImportSummary) -> None:
                 break
             # One transaction per batch of exchanges (a transaction each made import a
             # commit-bound 10 exchanges/s on PostgreSQL): outcomes, answers and hits together.
-            with db.engine.begin() as conn:
+            with (nullcontext(into) if into is not None else db.engine.begin()) as conn:
                 for ex_id, epoch, texts, status, headers, body, elapsed in batch:
                     last_id = ex_id
                     try:
