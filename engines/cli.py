@@ -8,9 +8,12 @@ listed in ``COMMAND_MODULES``.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import os
 import sys
+from typing import Optional
 
 import typer
 from typer.core import TyperGroup
@@ -92,6 +95,48 @@ def _root(
 
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
+
+
+def _set_db(ctx: typer.Context, value: Optional[str]) -> Optional[str]:
+    if value:  # the command's --db wins over `engines --db` and ENGINES_DATABASE_URL
+        root = ctx.find_root()
+        root.ensure_object(dict)
+        root.obj["db_url"] = value
+    return value
+
+
+def _with_db_option(fn):  # noqa: ANN001, ANN202
+    """``fn`` with a ``--db URL`` option of its own (a command that declares ``db`` keeps its own)."""
+    sig = inspect.signature(fn, eval_str=True)
+    if "db" in sig.parameters:
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):  # noqa: ANN002, ANN003, ANN202
+        kw.pop("db_of_command", None)
+        return fn(*args, **kw)
+
+    opt = inspect.Parameter(
+        "db_of_command", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+        default=typer.Option(None, "--db", metavar="URL", callback=_set_db,
+                             help="Database URL (overrides engines --db and ENGINES_DATABASE_URL)."))
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+              else p for p in sig.parameters.values()]
+    wrapper.__signature__ = sig.replace(parameters=[*params, opt])
+    wrapper.__annotations__ = {**{p.name: p.annotation for p in params}, "db_of_command": Optional[str]}
+    return wrapper
+
+
+def _add_db_options(typer_app: typer.Typer) -> None:
+    """``--db`` on every command, in one place: the command's ``--db``, then ``engines --db``,
+    then ENGINES_DATABASE_URL, then the default (engines.commands.common.db_url)."""
+    for info in typer_app.registered_commands:
+        info.callback = _with_db_option(info.callback)
+    for group in typer_app.registered_groups:
+        _add_db_options(group.typer_instance)
+
+
+_add_db_options(app)
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -4,16 +4,66 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator
 
 import typer
 from rich.console import Console
 
-from store.db import Database, open_database
+from store.db import URL_ENV, Database, database_url, open_database
+from store.errors import DatabaseError
 
 err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
 
+
+# The commands that create data, and only they, may create a SQLite database file; any
+# other command pointed at a missing file says so instead of showing an empty database.
+CREATES_DATA = ("db upgrade", "bench load", "corpus load", "crawl", "run", "import", "demo")
+DEMO_DB = Path("engines-demo") / "cache.db"
+
+
+def command_name(ctx: typer.Context) -> str:
+    """The command's path below ``engines``, e.g. ``bench load``."""
+    names: list[str] = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names))
+
+
+def db_url(ctx: typer.Context) -> str:
+    """The database URL of this command: its ``--db``, else ``engines --db``, else
+    ``ENGINES_DATABASE_URL``, else the default; a missing SQLite file is refused (one line)
+    unless the command creates data (:data:`CREATES_DATA`)."""
+    root = ctx.find_root()
+    root.ensure_object(dict)
+    url = database_url(root.obj.get("db_url"))
+    name = command_name(ctx)
+    if any(name == c or name.startswith(c + " ") for c in CREATES_DATA):
+        return url
+    path = missing_sqlite_file(url)
+    if path is None:
+        return url
+    hint = (f"; the demo's database is ./{DEMO_DB.as_posix()}: engines {name} --db sqlite:///{DEMO_DB.as_posix()}"
+            if DEMO_DB.is_file() and path.resolve() != DEMO_DB.resolve() else "")
+    raise DatabaseError(f"no database at {path} (the file does not exist): `engines {name}` reads an existing database and does not "
+                        f"create one; pass --db URL or set {URL_ENV}{hint}")
+
+
+def missing_sqlite_file(url: str) -> Path | None:
+    """The path of a SQLite URL whose file does not exist (else None)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None  # opening it says what is wrong with it
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    path = Path(parsed.database).expanduser()
+    return None if path.exists() or not path.resolve().parent.is_dir() else path  # a missing directory: its own error
 
 
 def get_db(ctx: typer.Context, *, migrate: bool = True) -> Database:
@@ -22,7 +72,7 @@ def get_db(ctx: typer.Context, *, migrate: bool = True) -> Database:
     root.ensure_object(dict)
     key = "db" if migrate else "db_raw"
     if key not in root.obj:
-        db = open_database(root.obj.get("db_url"), migrate=migrate)
+        db = open_database(db_url(ctx), migrate=migrate)
         root.obj[key] = db
         root.call_on_close(db.dispose)
     return root.obj[key]

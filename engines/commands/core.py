@@ -10,7 +10,7 @@ import sqlalchemy as sa
 import typer
 from rich.table import Table
 
-from engines.commands.common import get_db, info, out_console, progress_counter
+from engines.commands.common import db_url, get_db, info, missing_sqlite_file, out_console, progress_counter
 from store import db as dbmod
 from store.benchmarks import load_benchmark_file, load_shipped
 from store.corpus import load_corpus
@@ -25,7 +25,7 @@ bench_app = typer.Typer(help="Load and list benchmarks and subsets.", no_args_is
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Apply pending migrations (also done automatically on first use)."""
-    engine = dbmod.create_db_engine(ctx.find_root().obj.get("db_url"))
+    engine = dbmod.create_db_engine(db_url(ctx))
     try:
         before, after = dbmod.upgrade(engine)
     finally:
@@ -39,7 +39,12 @@ def db_upgrade(ctx: typer.Context) -> None:
 @db_app.command("current")
 def db_current(ctx: typer.Context) -> None:
     """Show the database's schema revision and the code's head revision."""
-    engine = dbmod.create_db_engine(ctx.find_root().obj.get("db_url"))
+    url = dbmod.database_url(ctx.find_root().obj.get("db_url"))
+    missing = missing_sqlite_file(url)
+    if missing is not None:  # said, not created
+        typer.echo(f"(none) (empty: no database file at {missing}; `engines db upgrade` creates it)")
+        return
+    engine = dbmod.create_db_engine(url)
     try:
         dbmod._check_reachable(engine)
         rev = dbmod.current_revision(engine)
