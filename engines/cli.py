@@ -63,6 +63,9 @@ class _Group(TyperGroup):
             raise typer.Exit(exc.exit_code) from None
         except (_cx.ClickException, typer.Exit, typer.Abort):
             raise
+        except KeyboardInterrupt:  # outside a command's own handling (engines.cli._wrap_command)
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
         except Exception as exc:  # noqa: BLE001 - one line instead of a traceback, unless debugging
             if os.environ.get(DEBUG_ENV):
                 raise
@@ -105,17 +108,45 @@ def _set_db(ctx: typer.Context, value: Optional[str]) -> Optional[str]:
     return value
 
 
-def _with_db_option(fn):  # noqa: ANN001, ANN202
-    """``fn`` with a ``--db URL`` option of its own (a command that declares ``db`` keeps its own)."""
+# What a Ctrl-C leaves behind, per command (`engines crawl` says it itself); printed as
+# "interrupted: ..." on stderr, exit 130.
+INTERRUPTED = {
+    "demo": "what was loaded, crawled and answered is kept; run the same command again to resume "
+            "(answered texts are not sent again)",
+    "run": "answers and encoded chunks already written are kept; run the same command again to resume",
+    "import": "nothing was imported; run the same command again",
+    "export": "no bundle was written; run the same command again",
+    "reparse": "finished batches are kept; run the same command again to resume",
+    "corpus load": "nothing of this corpus was written; run the same command again",
+    "bench load": "files loaded before the interrupt are kept; run the same command again to load the rest",
+    "score": "run the same command again",
+}
+
+
+def _interrupted(name: str) -> str:
+    for key in (name, name.split(" ")[0]):
+        if key in INTERRUPTED:
+            return f"interrupted: {INTERRUPTED[key]}"
+    return "interrupted: run the same command again"
+
+
+def _wrap_command(fn, name: str):  # noqa: ANN001, ANN202
+    """``fn`` with a ``--db URL`` option of its own (a command that declares ``db`` keeps its
+    own) and one line on stderr on Ctrl-C (exit 130)."""
     sig = inspect.signature(fn, eval_str=True)
-    if "db" in sig.parameters:
-        return fn
+    own_db = "db" in sig.parameters
 
     @functools.wraps(fn)
     def wrapper(*args, **kw):  # noqa: ANN002, ANN003, ANN202
         kw.pop("db_of_command", None)
-        return fn(*args, **kw)
+        try:
+            return fn(*args, **kw)
+        except KeyboardInterrupt:
+            typer.echo(_interrupted(name), err=True)
+            raise typer.Exit(130) from None
 
+    if own_db:
+        return wrapper
     opt = inspect.Parameter(
         "db_of_command", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
         default=typer.Option(None, "--db", metavar="URL", callback=_set_db,
@@ -127,13 +158,14 @@ def _with_db_option(fn):  # noqa: ANN001, ANN202
     return wrapper
 
 
-def _add_db_options(typer_app: typer.Typer) -> None:
-    """``--db`` on every command, in one place: the command's ``--db``, then ``engines --db``,
-    then ENGINES_DATABASE_URL, then the default (engines.commands.common.db_url)."""
+def _add_db_options(typer_app: typer.Typer, prefix: str = "") -> None:
+    """Every command, in one place: ``--db`` (the command's, then ``engines --db``, then
+    ENGINES_DATABASE_URL, then the default: engines.commands.common.db_url) and the Ctrl-C line."""
     for info in typer_app.registered_commands:
-        info.callback = _with_db_option(info.callback)
+        name = info.name or info.callback.__name__.replace("_", "-")
+        info.callback = _wrap_command(info.callback, f"{prefix}{name}")
     for group in typer_app.registered_groups:
-        _add_db_options(group.typer_instance)
+        _add_db_options(group.typer_instance, f"{prefix}{group.name} ")
 
 
 _add_db_options(app)
