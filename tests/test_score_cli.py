@@ -165,5 +165,6 @@ def test_errors_are_one_line(populated, args, message):
 
 def test_empty_database_says_what_to_do(cache_url):
     res = invoke(cache_url, "--bench", "mathlibqr")
-    assert res.exit_code == 0
+    assert res.exit_code == 1  # issue 22: like engines plot, nothing to rank is a failure
     assert "no system has answers" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and res.stderr.startswith("error: ")

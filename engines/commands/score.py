@@ -166,6 +166,9 @@ def register(app: typer.Typer) -> None:
             shared_with=shared_with or None, snapshots=snapshots or None, styles=style or None, slice=slice_, epochs=epoch,
         )
         doc = result.to_json()
+        if not doc["systems"]:  # as engines plot: nothing to rank is a failure, not an empty table
+            raise InputError(f"{bench}: no system has answers for these queries yet "
+                             f"(crawl or run a local engine first, e.g. `engines run bm25 --bench {bench}`)")
         if published:
             from scoring.published import attach
 
@@ -180,9 +183,7 @@ def register(app: typer.Typer) -> None:
             f"{len(scope['dropped_qids'])} dropped (gold not in {doc['corpus']['name']}), "
             f"{scope['unresolved_units']} gold units unresolved; profile {doc['profile']}"
         )
-        if not doc["systems"]:
-            info("no system has answers for these queries yet (crawl or run a local engine first)")
-        else:
+        if doc["systems"]:
             console.print(_main_table(doc))
             if doc.get("overlapping_units"):
                 info(f"note: {doc['overlapping_units']} scored queries have premise groups sharing a name; there P@k, "

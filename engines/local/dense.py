@@ -137,11 +137,19 @@ def load_model(spec: ModelSpec, device: str | None = None) -> Any:
     kwargs: dict[str, Any] = {"device": device}
     if spec.source == "hub" and spec.revision:
         kwargs["revision"] = spec.revision
+    from transformers.utils import logging as hf_logging
+
+    # transformers' "Loading weights: 100%" bar would leak into piped output and logs.
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     try:
         model = SentenceTransformer(spec.load_from, **kwargs)
     except OSError as exc:
         raise InputError(f"--model {spec.name}: cannot load ({str(exc).splitlines()[0]}); "
                          "is it in the local Hugging Face cache (HF_HUB_OFFLINE) or spelled right?") from None
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     if spec.source == "hub":
         readme = _cached_hub_file(spec.load_from, "README.md", spec.revision)
         if spec.revision is None:

@@ -130,7 +130,7 @@ def run_dense(
         **dense.renderer_identity("rendered"), **corpus_identity(corp),
     }
     cfg = LocalConfig(f"dense:{spec.name}", ENDPOINT_VERSION, params)
-    label = f"dense:{spec.name} ({query_format})"
+    label = f"dense:{spec.name} ({'plain queries' if query_format == 'none' else query_format})"
     row = ensure_local_config(db, cfg, label=label, licence=spec.licence)
     todo, total, done_before = pending_queries(db, benchmark.id, row.id, epoch, limit)
     summary = RunSummary(row.id, label, 0, done_before, total, params=params)
