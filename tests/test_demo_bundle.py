@@ -1,7 +1,8 @@
 """The demo's own archive round-trips (issue 22, item 1): ``engines export`` of a demo
-database, ``engines import`` into a fresh one (SQLite and PostgreSQL) gives the same
+database, ``engines import`` into a fresh one gives the same
 scores; ``engines reparse`` re-parses the stand-in configurations; an import that fails
-(a configuration this version cannot rebuild) leaves every table as it found it.
+(a configuration this version cannot rebuild) leaves every table as it found it (SQLite
+and PostgreSQL).
 
 One short demo (2 targets, no dense row) is run in-process for the module.
 """
@@ -89,14 +90,15 @@ def _row_counts(url: str) -> dict[str, int]:
         db.dispose()
 
 
-def test_demo_bundle_imports_into_a_fresh_database_with_equal_scores(demo_db, tmp_path, any_db_url):
+def test_demo_bundle_imports_into_a_fresh_database_with_equal_scores(demo_db, tmp_path, sqlite_url):
+    # SQLite here; tests/test_bundle.py round-trips a crawl on both backends.
     out, src = demo_db
     bundle = _export(src, tmp_path / "demo.warc.gz")
-    _prepare(any_db_url)
-    res = CliRunner().invoke(app, ["--db", any_db_url, "import", str(bundle)])
+    _prepare(sqlite_url)
+    res = CliRunner().invoke(app, ["import", "--db", sqlite_url, str(bundle)])
     assert res.exit_code == 0, res.output
     assert "error" not in res.output
-    a, b = _remote_scores(src), _remote_scores(any_db_url)
+    a, b = _remote_scores(src), _remote_scores(sqlite_url)
     assert [s["label"] for s in a["systems"]] == [s["label"] for s in b["systems"]]
     assert len(a["systems"]) == 3 and all("(stand-in)" in s["label"] for s in a["systems"])
     assert a == b
@@ -134,7 +136,7 @@ def test_reparse_handles_the_demo_standin_configurations(demo_db, tmp_path, monk
         db.dispose()
 
 
-def test_a_failing_import_leaves_the_database_as_it_found_it(demo_db, tmp_path, any_db_url):
+def test_a_failing_import_leaves_the_database_as_it_found_it(demo_db, tmp_path, any_db_url, monkeypatch):
     out, _src = demo_db
     # A configuration this version cannot rebuild (a parameter no adapter knows).
     copy = tmp_path / "odd.db"
@@ -155,3 +157,22 @@ def test_a_failing_import_leaves_the_database_as_it_found_it(demo_db, tmp_path, 
     assert len(lines) == 1 and lines[0].startswith("error: ") and "frobnicate" in lines[0], res.output
     assert "nothing was imported" in lines[0]
     assert _row_counts(any_db_url) == before
+    # Interrupted while parsing the exchanges into answers (after they were inserted):
+    # nothing stays either.
+    from store.bundle import import_bundle
+
+    good = _export(f"sqlite:///{out / 'cache.db'}", tmp_path / "good.warc.gz")
+    calls = []
+
+    def interrupted(*_a, **_k):
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("crawler.fetch.write_answers_in", interrupted)
+    db = open_database(any_db_url)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            import_bundle(db, good)
+    finally:
+        db.dispose()
+    assert calls and _row_counts(any_db_url) == before
