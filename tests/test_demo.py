@@ -224,6 +224,7 @@ def test_report_command_errors(tmp_path, sqlite_url):
     res = runner.invoke(app, ["report", "--from-json", str(bad), "--out", str(tmp_path / "r")])
     assert res.exit_code != 0 and "schema" in res.output
     assert not (tmp_path / "r" / "index.html").exists()
+    runner.invoke(app, ["--db", sqlite_url, "db", "upgrade"])  # report reads a database, never creates one
     res = runner.invoke(app, ["--db", sqlite_url, "report", "--bench", "nosuch", "--out", str(tmp_path / "r")])
     assert res.exit_code != 0 and "nosuch" in res.output
 
