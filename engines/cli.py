@@ -115,6 +115,8 @@ INTERRUPTED = {
             "(answered texts are not sent again)",
     "run": "answers and encoded chunks already written are kept; run the same command again to resume",
     "import": "nothing was imported; run the same command again",
+    "run import": "nothing of this run was imported; run the same command again",
+    "run drop": "nothing was removed; run the same command again",
     "export": "no bundle was written; run the same command again",
     "reparse": "finished batches are kept; run the same command again to resume",
     "corpus load": "nothing of this corpus was written; run the same command again",

@@ -19,7 +19,8 @@ out_console = Console(highlight=False)
 
 # The commands that create data, and only they, may create a SQLite database file; any
 # other command pointed at a missing file says so instead of showing an empty database.
-CREATES_DATA = ("db upgrade", "bench load", "corpus load", "crawl", "run", "import", "demo")
+CREATES_DATA = ("db upgrade", "bench load", "corpus load", "crawl", "run bm25", "run dense", "run import",
+                "import", "demo")
 DEMO_DB = Path("engines-demo") / "cache.db"
 
 
@@ -40,14 +41,14 @@ def db_url(ctx: typer.Context) -> str:
     root.ensure_object(dict)
     url = database_url(root.obj.get("db_url"))
     name = command_name(ctx)
-    if any(name == c or name.startswith(c + " ") for c in CREATES_DATA):
+    if name in CREATES_DATA:
         return url
     path = missing_sqlite_file(url)
     if path is None:
         return url
     hint = (f"; the demo's database is ./{DEMO_DB.as_posix()}: engines {name} --db sqlite:///{DEMO_DB.as_posix()}"
             if DEMO_DB.is_file() and path.resolve() != DEMO_DB.resolve() else "")
-    raise DatabaseError(f"no database at {path} (the file does not exist): `engines {name}` reads an existing database and does not "
+    raise DatabaseError(f"no database at {path} (the file does not exist): `engines {name}` needs an existing database and does not "
                         f"create one; pass --db URL or set {URL_ENV}{hint}")
 
 
