@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from benchmarks import shipped_path
 from engines import cli
 
@@ -84,7 +82,8 @@ def test_a_reading_command_never_creates_a_database(tmp_path, monkeypatch, capsy
         code, out, err = _run(capsys, *argv, "--db", f"sqlite:///{tmp_path / 'other.db'}")
         assert code == 1 and len(err.strip().splitlines()) == 1, err
         assert f"no database at {tmp_path / 'other.db'}" in err
-        assert "./engines-demo/cache.db" in err and f"engines {' '.join(argv[:2]) if argv[0] in ('bench', 'corpus') else argv[0]} --db sqlite:///engines-demo/cache.db" in err, err
+        name = " ".join(argv[:2]) if argv[0] in ("bench", "corpus") else argv[0]
+        assert "./engines-demo/cache.db" in err and f"engines {name} --db sqlite:///engines-demo/cache.db" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["engines-demo"]
 
 

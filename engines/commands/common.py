@@ -48,8 +48,8 @@ def db_url(ctx: typer.Context) -> str:
         return url
     hint = (f"; the demo's database is ./{DEMO_DB.as_posix()}: engines {name} --db sqlite:///{DEMO_DB.as_posix()}"
             if DEMO_DB.is_file() and path.resolve() != DEMO_DB.resolve() else "")
-    raise DatabaseError(f"no database at {path} (the file does not exist): `engines {name}` needs an existing database and does not "
-                        f"create one; pass --db URL or set {URL_ENV}{hint}")
+    raise DatabaseError(f"no database at {path} (the file does not exist): `engines {name}` needs an existing "
+                        f"database and does not create one; pass --db URL or set {URL_ENV}{hint}")
 
 
 def missing_sqlite_file(url: str) -> Path | None:
