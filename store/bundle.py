@@ -414,7 +414,7 @@ def _foreign_identity(engine: str, method: str, url: str, body: bytes) -> tuple[
 
 
 def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
-    """Import a WARC bundle: all exchanges in one transaction, then parse them into answers."""
+    """Import a WARC bundle: all exchanges and the answers parsed from them in one transaction."""
     from engines import code_version
     from store.writes import ensure_config
 
