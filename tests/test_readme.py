@@ -16,7 +16,9 @@ How it works:
   section is covered as soon as it is written.
 - The scratch world: a temp directory as the working directory, one small demo database
   (``engines demo --targets 3 --no-dense``, once per module) of which every block gets a
-  fresh copy through ``ENGINES_DATABASE_URL`` (an explicit ``--db`` is pointed there too),
+  fresh copy through ``ENGINES_DATABASE_URL`` (an explicit ``--db`` of a server or an
+  absolute path is pointed there too; ``sqlite:///name.db`` is a new file in the temp dir),
+  repository files named by a relative path get their absolute path,
   the index caches beside it, and the placeholder files the README names
   (``decls.jsonl.gz``, ``leanfinder-names.txt``: made from the shipped slice). In the
   TOML, ``[substitute]`` replaces placeholders (``path/to/…``, a fixed port, the corpus
@@ -303,10 +305,18 @@ def run_command(w: World, command: str, background: list[subprocess.Popen]) -> N
         k, v = argv.pop(0).split("=", 1)
         env_prefix[k] = v
     env_prefix.pop("ENGINES_DATABASE_URL", None)  # always the scratch database
+    # Repository files named by a relative path (tests/data/…, benchmarks/…): the commands
+    # run in the scratch directory, so they get the checkout's absolute path.
+    argv = [str(ROOT / a) if not a.startswith(("-", "/")) and "/" in a and "://" not in a
+            and (ROOT / a).exists() and not (w.cwd / a).exists() else a for a in argv]
     if argv and argv[0] == "engines":
         args = argv[1:]
-        if "--db" in args:  # an explicit database goes to the scratch one too
-            args[args.index("--db") + 1] = w.env["ENGINES_DATABASE_URL"]
+        if "--db" in args:
+            # A relative SQLite file (sqlite:///x.db) is already in the scratch directory;
+            # any other database (a server, an absolute path) becomes the block's scratch copy.
+            i = args.index("--db") + 1
+            if not re.fullmatch(r"sqlite:///[^/].*", args[i]):
+                args[i] = w.env["ENGINES_DATABASE_URL"]
         if bg:
             env = {**os.environ, **w.env, **env_prefix, "PYTHONPATH": str(ROOT)}
             proc = subprocess.Popen([sys.executable, "-m", "engines.cli", *args], cwd=w.cwd, env=env,
