@@ -13,6 +13,19 @@ import sqlalchemy as sa
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
+# The real Mathlib slice shipped with the repository (11,651 rows, the LSv2 row schema):
+# every perf script's default input, so the scripts run from any copy of the repository.
+# Pass --corpus / --full PATH to the 250,379-row extracted Mathlib (or any corpus file in
+# the same schema, plain or .gz) for the Mathlib-scale figures quoted in the README.
+SHIPPED_SLICE = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "mathlib-slice" / "declarations.jsonl"
+
+
+def open_text(path: Path):  # noqa: ANN201
+    """A corpus file for reading as text: gzip-compressed when its name ends in .gz."""
+    import gzip
+
+    return gzip.open(path, "rt", encoding="utf-8") if str(path).endswith(".gz") else open(path, encoding="utf-8")
+
 
 @contextlib.contextmanager
 def scratch_url(backend: str, pg_base: str = DEFAULT_PG) -> Iterator[str]:

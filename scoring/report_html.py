@@ -609,6 +609,10 @@ def _constants_drift(score: dict[str, Any]) -> list[str]:
     return [f"{name} {got} (code: {want})" for name, got, want in pairs if got is not None and got != want]
 
 
+# Where the definitions behind every figure are written down (in the engines repository).
+METHODOLOGY_DOC = "docs/METHODOLOGY.md"
+
+
 def _methodology(score: dict[str, Any], systems: list[dict[str, Any]], json_sha: str) -> str:
     bench = score.get("benchmark") or {}
     corpus = score.get("corpus") or {}
@@ -616,6 +620,8 @@ def _methodology(score: dict[str, Any], systems: list[dict[str, Any]], json_sha:
     ci = boot.get("ci")
     ci_txt = f"{ci * 100:g}% " if isinstance(ci, (int, float)) and ci <= 1 else f"{ci}% " if ci else ""
     rows = [
+        ("definitions", f"{METHODOLOGY_DOC} in the engines source at the code version below (metrics, "
+                        "first occurrence, dropped queries, bootstrap)"),
         ("scoring profile", score.get("profile")),
         ("k_max", f"{score.get('k_max')} (every ranked list is truncated here; curves run k = 1 … k_max)"),
         ("bootstrap", f"{ci_txt}percentile interval, {boot.get('resamples')} resamples of the query set, seed {boot.get('seed')}"),
@@ -727,7 +733,7 @@ def _overlap_note(score: dict[str, Any]) -> str:
     return (
         f'<p class="note overlap">{e(n)} scored queries have premise groups that share a name. There, P@k, nDCG and '
         "MAP credit each returned row to at most one group (maximum matching); R@k and Covered@k count every group "
-        "a row belongs to (METHODOLOGY.md, “Units that share a returned row”).</p>"
+        "a row belongs to (docs/METHODOLOGY.md, “Units that share a returned row”).</p>"
     )
 
 

@@ -18,7 +18,6 @@ import sqlalchemy as sa
 from store.db import open_database
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
 PG_BASE_URL = os.environ.get("ENGINES_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 

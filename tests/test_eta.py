@@ -1,9 +1,11 @@
 """Honest ETAs: the pacing bound or the observed pace, whichever is slower; "paused until".
 
-The crawl tests run real crawls against stand-ins over loopback, once with the courtesy
-limit binding (a tight rate, no server latency) and once with the server's speed binding
-(50 ms latency, a rate 20× faster than that allows), and compare the ETA shown at 10 %
-and 50 % of the run with the time that actually remained.
+The accuracy test drives the reporter with a simulated crawl on an injected clock, once
+with the courtesy limit binding and once with the server's speed binding, and compares
+the ETA shown at 10 % and 50 % with the simulated time that remained. A real crawl over
+loopback checks what load cannot change: the ETA never falls below what the server's
+latency allows. The wall-clock comparison of a real crawl is perf/eta.py (a test that
+depends on how busy the machine is failed on a loaded one, issue 22).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 
 import pytest
 
-from crawler.run import CrawlOptions, EtaEstimator, Reporter, eta, run_crawl
+from crawler.run import AUTO_CONCURRENCY_MAX, CrawlOptions, EtaEstimator, Reporter, eta, run_crawl
 from crawler.fetch import RetryPolicy
 from crawler.plan import Counts
 from engines.base import Rate
@@ -99,6 +101,7 @@ class Recorder(Reporter):
     def __init__(self) -> None:
         super().__init__(stream=io.StringIO(), every=1e9)
         self.points: list[tuple[float, int, float]] = []
+        self.points_todo: list[tuple[float, int, float, int | None]] = []
         self.lines: list[str] = []
 
     def log(self, message: str) -> None:
@@ -107,6 +110,7 @@ class Recorder(Reporter):
     def update(self, engine, counts, interval, batch, **kw) -> None:
         super().update(engine, counts, interval, batch, **kw)
         self.points.append((time.monotonic(), counts.answered + counts.failed, self.last_eta[engine]))
+        self.points_todo.append((time.monotonic(), counts.answered + counts.failed, self.last_eta[engine], kw.get("todo")))
 
 
 def _crawl_recording(url: str, srv: StandIn, rate: Rate, margin: float) -> tuple[Recorder, float]:
@@ -129,26 +133,64 @@ def _eta_at(rep: Recorder, end: float, share: float) -> tuple[float, float]:
     return shown, end - t
 
 
+def _simulate(case: str) -> list[tuple[float, int, float]]:
+    """A crawl of LIMIT texts on a simulated clock, fed to a Reporter the way
+    ``run_crawl``'s request loops feed it (``set_pace`` then ``update`` after every
+    answer): (time, texts done, ETA shown) at every update. No wall clock, so a loaded
+    machine cannot move it; the real crawl's accuracy is measured by perf/eta.py."""
+    clock = Clock()
+    rep = Reporter(stream=io.StringIO(), every=1e9)
+    rep._estimators["e"] = EtaEstimator(clock=clock)
+    if case == "courtesy limit binds":  # one send per 120 ms, an exchange takes 10 ms: one loop
+        interval, latency, loops = 0.12, 0.01, 1
+        cycle = interval  # a loop's time per exchange includes its pacing wait
+    else:  # 1000/s allowed, 200 ms a request: AUTO_CONCURRENCY_MAX loops in flight
+        interval, latency, loops = 0.001, 0.2, AUTO_CONCURRENCY_MAX
+        cycle = latency
+    points = []
+    rep.start("e", Counts(LIMIT, 0, 0), interval, 1, todo=LIMIT)
+    for done in range(1, LIMIT + 1):
+        clock.t += cycle / loops  # completions arrive evenly once the loops are running
+        rep.set_pace("e", cycle / loops)
+        rep.update("e", Counts(LIMIT, done, 0), interval, 1, todo=LIMIT - done)
+        points.append((clock.t, done, rep.last_eta["e"]))
+    return points
+
+
 @pytest.mark.parametrize("case", ["courtesy limit binds", "server speed binds"])
-def test_eta_within_25_percent_at_10_and_50_percent(case: str, sqlite_url: str, rows) -> None:  # noqa: F811
-    _load_mpr(sqlite_url)
-    if case == "courtesy limit binds":
-        # One send per 120 ms: several times what the crawler needs per exchange even on a
-        # loaded 2-core machine, so the limit really binds.
-        rate, margin, faults = Rate(1, 0.11), 0.01, FaultConfig()
-    else:
-        rate, margin, faults = Rate(50, 0.05), 0.0, FaultConfig(latency=0.2)  # 1000/s allowed, 200 ms a request
-    with StandIn("leanexplore", rows, rate=rate, faults=faults).in_thread() as srv:
-        rep, end = _crawl_recording(sqlite_url, srv, rate, margin)
-    interval = (rate.period + margin) / rate.n
+def test_eta_within_25_percent_at_10_and_50_percent(case: str) -> None:
+    points = _simulate(case)
+    end = points[-1][0]
+    interval = 0.12 if case == "courtesy limit binds" else 0.001
     for share in (0.1, 0.5):
-        shown, real = _eta_at(rep, end, share)
-        bound = eta(round(LIMIT * (1 - share)), interval, 1)
-        print(f"{case}: at {share:.0%} ETA {shown:.2f} s, really {real:.2f} s ({shown / real:.2f}); "
-              f"the pacing bound alone {bound:.2f} s ({bound / real:.2f})")
+        t, done, shown = next(p for p in points if p[1] >= share * LIMIT)
+        real = end - t
+        bound = eta(LIMIT - done, interval, 1)
         assert 0.75 * real <= shown <= 1.25 * real, (case, share, shown, real)
         if case == "server speed binds":  # the pacing bound alone would be far off
             assert bound < 0.25 * real, (bound, real)
+
+
+def test_eta_of_a_real_crawl_is_never_below_what_the_server_allows(sqlite_url: str, rows) -> None:  # noqa: F811
+    """A real crawl where the server's speed binds (200 ms a request, a limit 20x above
+    what that allows): the ETA shown uses the crawl's measured pace, never the pacing
+    bound. Asserted only from below, with a bound a loaded machine cannot break: every
+    request takes at least the server's 200 ms and at most AUTO_CONCURRENCY_MAX are in
+    flight. (Whether it is also close to the time that really remained depends on how
+    busy the machine is: perf/eta.py measures that.)"""
+    _load_mpr(sqlite_url)
+    rate, latency = Rate(50, 0.05), 0.2
+    with StandIn("leanexplore", rows, rate=rate, faults=FaultConfig(latency=latency)).in_thread() as srv:
+        rep, _ = _crawl_recording(sqlite_url, srv, rate, 0.0)
+    interval = rate.period / rate.n
+    checked = 0
+    for _, done, shown, todo in rep.points_todo:
+        if done == 0 or todo == 0:
+            continue  # before the first answer there is no pace yet; at the end nothing is left
+        assert shown >= 0.99 * todo * latency / AUTO_CONCURRENCY_MAX, (done, todo, shown)
+        assert shown >= 10 * eta(todo, interval, 1), (done, todo, shown)
+        checked += 1
+    assert checked >= LIMIT // 2, rep.points_todo
 
 
 def test_a_paused_host_shows_paused_until(sqlite_url: str, rows) -> None:  # noqa: F811

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +21,10 @@ from tests.conftest import PG_BASE_URL
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_script(name: str, *args: str, timeout: float = 180) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "ENGINES_PERF_PG_URL": PG_BASE_URL}
-    proc = subprocess.run([sys.executable, str(ROOT / "perf" / name), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+def run_script(name: str, *args: str, timeout: float = 180, root: Path = ROOT) -> str:
+    env = {**os.environ, "PYTHONPATH": str(root), "ENGINES_PERF_PG_URL": PG_BASE_URL}
+    proc = subprocess.run([sys.executable, str(root / "perf" / name), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -53,3 +54,44 @@ def test_score_scale_small() -> None:
     assert "large: 2 systems × 60 queries × 20 hits = 2,400 hit rows" in out
     assert len(ratios(out, "wall ratio large/small:")) == 2, out
     assert re.search(r"peak RSS of any score: [0-9,]+ MiB", out), out
+
+
+def tracked_files(root: Path = ROOT) -> list[Path]:
+    """The repository's files: ``git ls-files`` (with files added but not yet committed), or
+    every file under ``root`` but .git when this is not a git checkout (an unpacked sdist)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             cwd=root, capture_output=True, check=True).stdout
+        names = [n for n in out.decode("utf-8").split("\0") if n]
+    except (OSError, subprocess.CalledProcessError):
+        names = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts]
+    return [root / n for n in names if (root / n).is_file()]
+
+
+def test_nothing_in_the_repository_points_outside_it() -> None:
+    """Issue 22: nothing may read or cite the machine's shared folder beside the checkout
+    (a fresh clone has none). Every tracked file is searched, code, docs and data alike."""
+    # Spelt in pieces so that this file does not match itself; the last one is the perf
+    # scripts' old spelling: the parent directory joined with the folder name.
+    needles = [re.escape(b"../" + b"shared"), re.escape(b"/work/" + b"shared"), rb"parent\s*/\s*[\"']" + b"shared"]
+    hits = []
+    for path in tracked_files():
+        data = path.read_bytes()
+        for needle in needles:
+            for m in re.finditer(needle, data):
+                line = data.count(b"\n", 0, m.start()) + 1
+                hits.append(f"{path.relative_to(ROOT)}:{line}: {m.group().decode()}")
+    assert not hits, "paths outside the repository:\n" + "\n".join(hits)
+
+
+def test_perf_defaults_run_from_a_copy_of_the_repository(tmp_path: Path) -> None:
+    """The perf scripts' default inputs are inside the repository: a copy of its tracked
+    files in a temp directory (no sibling folders) runs corpus_load.py's smallest mode."""
+    copy = tmp_path / "engines"
+    for path in tracked_files():
+        dst = copy / path.relative_to(ROOT)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dst)
+    out = run_script("corpus_load.py", "--rows", "300", "--repeat", "1", "--backend", "sqlite", root=copy)
+    assert "sqlite: 300 rows (300 real + 0 synthetic)" in out, out
+    assert len(ratios(out, "load / parse time:")) == 1, out

@@ -11,7 +11,8 @@ import pytest
 
 from scoring.mamut import labels_from_positions, mamut_query, profile_query, sklearn_query
 
-# Same shape as ../shared/data/mamut/data.json: versions are true variants, no-versions
+# Same shape as MAMUT's seed file (aieng-lab/math-mutator, data/data.json; docs/BENCHMARKS.md
+# §10.2): versions are true variants, no-versions
 # hand-made near misses (string entries there name another identity; they are skipped).
 FIXTURE = [
     {
