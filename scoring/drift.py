@@ -101,12 +101,12 @@ def rank_changed(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def find_config(session, spec: str, bench_shas: Sequence[str] | None = None) -> EngineConfig:
-    """The one configuration an engine name, label or config-hash prefix (>= 6) names."""
+    """The one configuration ``spec`` names (:func:`scoring.results.match_systems`: label,
+    engine name, display name or config-hash prefix; case-insensitive)."""
+    from scoring.results import ambiguous, match_systems
+
     rows = list(session.execute(sa.select(EngineConfig).order_by(EngineConfig.id)).scalars())
-    w = spec.strip()
-    hits = [c for c in rows if w in (c.label, c.config_hash) or (len(w) >= 6 and c.config_hash.startswith(w))]
-    if not hits:
-        hits = [c for c in rows if c.engine == w.lower()]
+    hits = match_systems(spec, rows)
     if len(hits) > 1 and bench_shas is not None:
         answered = {
             cid for chunk in _chunks(list(bench_shas))
@@ -115,10 +115,10 @@ def find_config(session, spec: str, bench_shas: Sequence[str] | None = None) -> 
         hits = [c for c in hits if c.id in answered] or hits
     if not hits:
         known = ", ".join(sorted({c.engine for c in rows})) or "none"
-        raise InputError(f"no engine configuration {spec!r} (engines in this database: {known})")
+        raise InputError(f"no engine configuration {spec!r} (engines in this database: {known}); "
+                         "give a label, engine name, display name or config-hash prefix")
     if len(hits) > 1:
-        opts = "; ".join(f"{c.label} = {c.config_hash[:12]}" for c in hits)
-        raise InputError(f"{spec!r} names {len(hits)} configurations ({opts}); give a label or config-hash prefix")
+        raise ambiguous("drift", spec, [f"{c.label} = {c.config_hash[:12]}" for c in hits])
     return hits[0]
 
 
