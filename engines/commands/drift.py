@@ -67,7 +67,7 @@ def print_drift(doc: dict, console: Console) -> None:
 
 def drift_cmd(
     ctx: typer.Context,
-    engine: str = typer.Argument(..., help="Engine name, configuration label or config-hash prefix."),
+    engine: str = typer.Argument(..., help="Label, engine name, display name (e.g. \"Lean Finder\") or config-hash prefix."),
     bench: str = typer.Option(..., "--bench", "-b", help="Benchmark whose queries to compare on."),
     from_epoch: Optional[str] = typer.Option(None, "--from", help="Older epoch (number or label; default: the one before --to)."),
     to_epoch: Optional[str] = typer.Option(None, "--to", help="Newer epoch (number or label; default: the newest)."),
