@@ -11,23 +11,33 @@ only; superseded ones are history):
   R@10 and MRR with a 95 % interval and p-value — the scorer's own per-query arrays
   and paired bootstrap (:class:`scoring.bootstrap.Bootstrap`, same seed), over the
   common queries;
-- the queries that changed most (lowest RBO), with both lists' top 5.
+- the queries that changed most (lowest RBO, then the largest move of the first gold
+  position), with both lists' top 5 — only queries whose list did change.
 
 Names are compared after the project's name normalisation (``hits.normalized_name``),
 so a list that only changed its spelling of a name has not drifted.
+
+Lists are compared over *first occurrences*, the scorer's rule (:mod:`scoring.positions`):
+a name counts at the rank where it first appears, and a later copy keeps its slot as an
+empty one (:class:`Repeat`) — it neither shortens the list nor renumbers what follows.
+So a server that starts repeating hits has changed its list (what followed moved down),
+and two lists that repeat the same way are the same list. Identical lists have RBO
+exactly 1 (not the float sum's 0.9999999999999997), and a paired difference that is zero
+on every query is reported as 0 with p = 1.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Hashable, Sequence
 
 import numpy as np
 import sqlalchemy as sa
 
 from scoring.bootstrap import RESAMPLES, SEED, Bootstrap
-from scoring.rbo import jaccard_at, rbo_ext
+from scoring.rbo import rbo_ext
 from scoring.resolve import _chunks
 from store.epochs import EpochInfo, epochs_of, pick_epoch
 from store.errors import InputError
@@ -37,15 +47,66 @@ SCHEMA = "engines.drift/1"
 P = 0.9
 METRICS = ("nDCG@10", "R@10", "MRR")
 TOP_SHOWN = 5
+ZERO = 1e-12  # a per-query metric difference this small is no difference
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """The slot of a repeated name: it matches no name, only a repeat in the same slot."""
+
+    slot: int
+
+
+def first_occurrences(names: Sequence[Hashable]) -> list[Hashable]:
+    """Each name at the rank of its first occurrence; later copies become :class:`Repeat`."""
+    seen: set[Hashable] = set()
+    out: list[Hashable] = []
+    for i, n in enumerate(names, 1):
+        if n in seen:
+            out.append(Repeat(i))
+        else:
+            seen.add(n)
+            out.append(n)
+    return out
+
+
+def compare_lists(before: Sequence[Hashable], after: Sequence[Hashable]) -> dict[str, Any]:
+    """RBO, Jaccard@10 and the changed flags of two returned lists, over first occurrences."""
+    a, b = first_occurrences(before), first_occurrences(after)
+    names10 = lambda x: {n for n in x[:10] if not isinstance(n, Repeat)}  # noqa: E731
+    sa_, sb_ = names10(a), names10(b)
+    return {
+        "rbo": 1.0 if a == b else rbo_ext(a, b, P),
+        "jaccard@10": (len(sa_ & sb_) / len(sa_ | sb_)) if sa_ | sb_ else 1.0,
+        "top1_changed": a[:1] != b[:1],
+        "top10_changed": a[:10] != b[:10],
+        "changed": a != b,
+    }
+
+
+def gold_move(row: dict[str, Any]) -> float:
+    """How far the first gold position moved (found ↔ lost counts as the largest move)."""
+    g0, g1 = row.get("gold_before"), row.get("gold_after")
+    if g0 is None and g1 is None:
+        return 0.0
+    if g0 is None or g1 is None:
+        return float("inf")
+    return float(abs(g1 - g0))
+
+
+def rank_changed(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The changed queries, most changed first: lowest RBO, then largest gold move, then id."""
+    return sorted((r for r in rows if r.get("changed")),
+                  key=lambda r: (r["rbo"], -gold_move(r), str(r["qid"])))
 
 
 def find_config(session, spec: str, bench_shas: Sequence[str] | None = None) -> EngineConfig:
-    """The one configuration an engine name, label or config-hash prefix (>= 6) names."""
+    """The one configuration ``spec`` names (:func:`scoring.results.match_systems`: label,
+    engine name, display name or config-hash prefix; case-insensitive)."""
+    from scoring.results import ambiguous, match_systems
+
     rows = list(session.execute(sa.select(EngineConfig).order_by(EngineConfig.id)).scalars())
-    w = spec.strip()
-    hits = [c for c in rows if w in (c.label, c.config_hash) or (len(w) >= 6 and c.config_hash.startswith(w))]
-    if not hits:
-        hits = [c for c in rows if c.engine == w.lower()]
+    hits = match_systems(spec, rows)
     if len(hits) > 1 and bench_shas is not None:
         answered = {
             cid for chunk in _chunks(list(bench_shas))
@@ -54,10 +115,10 @@ def find_config(session, spec: str, bench_shas: Sequence[str] | None = None) -> 
         hits = [c for c in hits if c.id in answered] or hits
     if not hits:
         known = ", ".join(sorted({c.engine for c in rows})) or "none"
-        raise InputError(f"no engine configuration {spec!r} (engines in this database: {known})")
+        raise InputError(f"no engine configuration {spec!r} (engines in this database: {known}); "
+                         "give a label, engine name, display name or config-hash prefix")
     if len(hits) > 1:
-        opts = "; ".join(f"{c.label} = {c.config_hash[:12]}" for c in hits)
-        raise InputError(f"{spec!r} names {len(hits)} configurations ({opts}); give a label or config-hash prefix")
+        raise ambiguous("drift", spec, [f"{c.label} = {c.config_hash[:12]}" for c in hits])
     return hits[0]
 
 
@@ -153,10 +214,7 @@ def drift(
         rows.append({
             "qid": q.qid,
             "text": q.text,
-            "rbo": rbo_ext(a, bl, P),
-            "jaccard@10": jaccard_at(a, bl, 10),
-            "top1_changed": (a[:1] != bl[:1]),
-            "top10_changed": (a[:10] != bl[:10]),
+            **compare_lists(a, bl),
             "scored": q.qid in scored_idx,
             "gold_before": gold(sys_from, q.qid),
             "gold_after": gold(sys_to, q.qid),
@@ -176,10 +234,14 @@ def drift(
         for m in METRICS:
             if m in sys_from.arrays and m in sys_to.arrays:
                 x_from, x_to = sys_from.arrays[m][metric_idx], sys_to.arrays[m][metric_idx]
+                if np.all(np.abs(x_to - x_from) <= ZERO):  # the same on every query
+                    diffs[m] = {"from": float(x_from.mean()), "to": float(x_to.mean()),
+                                "diff": 0.0, "ci": [0.0, 0.0], "p": 1.0}
+                    continue
                 pr = mboot.paired(x_to, x_from)
                 diffs[m] = {"from": float(x_from.mean()), "to": float(x_to.mean()),
                             "diff": pr.diff, "ci": list(pr.ci), "p": pr.p}
-    ranked = sorted(rows, key=lambda r: (r["rbo"], r["jaccard@10"], r["qid"]))
+    ranked = rank_changed(rows)
     doc = {
         "schema": SCHEMA,
         "engine": engine_name,
@@ -201,6 +263,7 @@ def drift(
             "top1_changed": (sum(r["top1_changed"] for r in rows) / n) if n else None,
             "top10_changed": (sum(r["top10_changed"] for r in rows) / n) if n else None,
             "jaccard@10": float(np.mean([r["jaccard@10"] for r in rows])) if n else None,
+            "changed": (sum(r["changed"] for r in rows) / n) if n else None,
             "paired": diffs,
         },
         "most_changed": [r["qid"] for r in ranked[:most_changed]],

@@ -29,6 +29,12 @@ OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "
 LINESTYLES = ("-", "--", "-.", (0, (5, 1, 1, 1)), (0, (3, 1, 1, 1, 1, 1)))
 PUBLISHED_GREYS = ("#555555", "#888888", "#333333", "#AAAAAA")
 COLUMN_WIDTH_IN = 3.4
+RC = {
+    "font.size": 7, "axes.labelsize": 8, "axes.titlesize": 8, "legend.fontsize": 6,
+    "xtick.labelsize": 7, "ytick.labelsize": 7, "pdf.fonttype": 42, "ps.fonttype": 42,
+    "svg.fonttype": "path", "axes.linewidth": 0.6, "lines.linewidth": 1.2,
+    "svg.hashsalt": "engines", "path.simplify": False,
+}
 
 
 def _order(systems: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -48,6 +54,38 @@ def plot_curves(doc: dict[str, Any], metric: str, out: str | Path) -> Path:
         raise InputError(f"--out {out}: the file name must end in {', '.join(FORMATS)}")
     if not out.parent.exists():
         raise InputError(f"--out {out}: directory {out.parent} does not exist; create it first")
+    fig = figure(doc, metric)
+    import matplotlib
+
+    with matplotlib.rc_context(RC):
+        tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
+        try:
+            fig.savefig(tmp, dpi=300, format=out.suffix.lower().lstrip("."), metadata=_metadata(out.suffix.lower()))
+            os.replace(tmp, out)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    return out
+
+
+def legend_label(s: dict[str, Any]) -> str:
+    """A row's legend entry: its id exactly as the leaderboard table prints it (so
+    "leanfinder (stand-in)" keeps its "(stand-in)"), plus the sample size of a sampled row
+    and the source of an imported run."""
+    label = str(s.get("id"))
+    sample = next((b for b in s.get("badges") or [] if b.endswith("sampled")), None)
+    if sample:
+        label += f" ({sample})"
+    if s.get("source"):  # an imported run: where it came from
+        src = str(s["source"])
+        label += f" [imported: {src if len(src) <= 40 else src[:39] + '…'}]"
+    return label
+
+
+def figure(doc: dict[str, Any], metric: str) -> Any:
+    """The matplotlib Figure of ``metric`` (what :func:`plot_curves` saves)."""
+    if metric not in METRICS:
+        raise InputError(f"--metric {metric!r}: choose one of {', '.join(METRICS)}")
     if doc.get("profile", "main") != "main":
         raise InputError("engines plot draws main-profile curves; MAMUT profiles have no curves over k")
     key, ylabel = METRICS[metric]
@@ -65,13 +103,7 @@ def plot_curves(doc: dict[str, Any], metric: str, out: str | Path) -> Path:
     except ImportError:
         raise InputError("engines plot needs matplotlib: pip install 'engines[plots]'") from None
 
-    rc = {
-        "font.size": 7, "axes.labelsize": 8, "axes.titlesize": 8, "legend.fontsize": 6,
-        "xtick.labelsize": 7, "ytick.labelsize": 7, "pdf.fonttype": 42, "ps.fonttype": 42,
-        "svg.fonttype": "path", "axes.linewidth": 0.6, "lines.linewidth": 1.2,
-        "svg.hashsalt": "engines", "path.simplify": False,
-    }
-    with matplotlib.rc_context(rc):
+    with matplotlib.rc_context(RC):
         n_entries = len(systems) + len(doc.get("published") or [])
         height = COLUMN_WIDTH_IN * 0.72 + 0.13 * n_entries
         fig = Figure(figsize=(COLUMN_WIDTH_IN, height), layout="constrained")
@@ -88,13 +120,7 @@ def plot_curves(doc: dict[str, Any], metric: str, out: str | Path) -> Path:
             colour = OKABE_ITO[i % len(OKABE_ITO)]
             sample = next((b for b in s.get("badges") or [] if b.endswith("sampled")), None)
             style = ":" if sample else LINESTYLES[i % len(LINESTYLES)]
-            label = str(s.get("id"))
-            label = label.split(" (", 1)[0] if label.endswith(")") and " (" in label else label
-            if sample:
-                label += f" ({sample})"
-            if s.get("source"):  # an imported run: where it came from
-                src = str(s["source"])
-                label += f" [imported: {src if len(src) <= 40 else src[:39] + '…'}]"
+            label = legend_label(s)
             xs, vs = zip(*pts)
             lo, hi = curves.get(f"{key}_lo"), curves.get(f"{key}_hi")
             if lo and hi:
@@ -145,14 +171,7 @@ def plot_curves(doc: dict[str, Any], metric: str, out: str | Path) -> Path:
         labels = ax.get_legend_handles_labels()[1]
         ncols = 2 if all(len(lb) <= 30 for lb in labels) else 1
         fig.legend(loc="outside lower center", ncols=ncols, frameon=False, handlelength=2.2)
-        tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
-        try:
-            fig.savefig(tmp, dpi=300, format=out.suffix.lower().lstrip("."), metadata=_metadata(out.suffix.lower()))
-            os.replace(tmp, out)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-    return out
+    return fig
 
 
 def _metadata(suffix: str) -> dict[str, Any]:

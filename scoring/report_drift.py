@@ -61,8 +61,10 @@ def _one(doc: dict[str, Any], explorer: set[str]) -> str:
         f'<tr><td>share with top 10 changed</td><td class="num">{fmt(o.get("top10_changed"))}</td><td></td><td></td><td></td></tr>'
         f"{paired}</tbody></table>"
     )
+    from scoring.drift import gold_move
+
     rows = []
-    for q in sorted(doc.get("per_query") or [], key=lambda q: (q.get("rbo") or 0.0, q.get("qid"))):
+    for q in sorted(doc.get("per_query") or [], key=lambda q: (q.get("rbo") or 0.0, -gold_move(q), str(q.get("qid")))):
         qid = str(q.get("qid"))
         name = f'<a href="#q-{e(qid)}">{e(qid)}</a>' if qid in explorer else e(qid)
         gold = f"{q.get('gold_before') or '—'} → {q.get('gold_after') or '—'}"
@@ -92,6 +94,7 @@ def render_drift(score: dict[str, Any]) -> str:
     return (
         '<section id="drift"><h2>Drift</h2><p class="note">How a hosted engine changed between its two newest '
         "epochs: rank-biased overlap (RBO, extrapolated; Webber, Moffat &amp; Zobel 2010) of the returned lists, "
-        "sorted with the most changed first; a query id links to its row in the explorer.</p>"
+        "over first occurrences (a repeated hit keeps its slot), sorted with the most changed first "
+        "(lowest RBO, then the largest move of the first gold position); a query id links to its row in the explorer.</p>"
         + "".join(_one(d, explorer) for d in docs) + "</section>"
     )

@@ -266,7 +266,8 @@ def curve_svg(
                     f"<title>{e(label)} returns at most {ks[last]} results</title></circle>"
                 )
         drawn += 1
-    parts.extend(_published_marks(published or (), key, X, Y))
+    if drawn:  # reference marks go with measured curves, never through the "no data" label
+        parts.extend(_published_marks(published or (), key, X, Y))
     if not drawn:
         parts.append(f'<text x="{left + pw / 2:.0f}" y="{top + ph / 2:.0f}" text-anchor="middle" class="tick">no data</text>')
     parts.append("</svg>")
@@ -497,6 +498,26 @@ def _rank_cell(positions: list[Any] | None, present: bool, answered: bool = True
     return cls, text, str(best)
 
 
+def _with_dropped(score: dict[str, Any], queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scored queries plus the dropped ones (gold not in the corpus), each marked
+    ``dropped``: from ``dropped_queries`` (text and gold) or, in a score file without them,
+    from the scope's ``dropped_qids`` (id only)."""
+    have = {str(q.get("qid")) for q in queries}
+    records = {str(q.get("qid")): q for q in score.get("dropped_queries") or []}
+    extra = []
+    for qid in (score.get("scope") or {}).get("dropped_qids") or list(records):
+        if str(qid) not in have:
+            extra.append({**records.get(str(qid), {"qid": qid}), "dropped": True})
+            have.add(str(qid))
+    return list(queries) + extra
+
+
+def _breakable(name: Any) -> str:
+    """A declaration name, escaped, that may wrap after its dots and underscores only (so
+    ``GaloisConnection`` stays whole and a long dotted name wraps at a component)."""
+    return e(name).replace(".", ".<wbr>").replace("_", "_<wbr>")
+
+
 def _explorer(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) -> str:
     labels = [system_label(s) for s in systems]
     per_query = [s.get("per_query") or {} for s in systems]
@@ -510,7 +531,7 @@ def _explorer(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) -> s
         if style and style not in styles:
             styles.append(style)
         gold = q.get("gold") or []
-        gold_html = "<br>".join(" | ".join(e(n) for n in unit) for unit in gold)
+        gold_html = "<br>".join(" | ".join(_breakable(n) for n in unit) for unit in gold)
         cells = []
         found = 0
         scored = 0
@@ -524,11 +545,13 @@ def _explorer(systems: list[dict[str, Any]], queries: list[dict[str, Any]]) -> s
                 scored += 1
                 found += cls in ("r1", "r10", "rk")
             cells.append(f'<td class="num rank {cls}" data-v="{key}">{e(text)}</td>')
-        state = "dropped" if scored == 0 else "none" if found == 0 else "all" if found == scored else "some"
+        state = "dropped" if scored == 0 or q.get("dropped") else "none" if found == 0 else "all" if found == scored else "some"
         rows.append(
             f'<tr class="q" id="q-{e(qid)}" data-style="{e(style)}" data-state="{state}">'
             f'<td class="qid">{e(qid)}</td><td>{e(style)}</td><td>{e(q.get("kind") or "")}</td>'
-            f'<td>{e(q.get("difficulty") or "")}</td><td class="qtext">{e(q.get("text"))}</td>'
+            f'<td>{e(q.get("difficulty") or "")}</td><td class="qtext">{e(q.get("text") or "")}'
+            + (' <span class="badge drop" title="no gold name of this query is in the corpus: not scored">dropped</span>'
+               if q.get("dropped") else "") + '</td>'
             f'<td class="gold">{gold_html}</td>{"".join(cells)}</tr>'
         )
     style_opts = "".join(f'<option value="{e(s)}">{e(s)}</option>' for s in styles)
@@ -715,7 +738,8 @@ svg .tick{font-size:11px;fill:var(--muted)} svg .ttl{font-size:13px;font-weight:
 .filters{margin:6px 0;display:flex;gap:8px;align-items:center;flex-wrap:wrap}
 .filters input,.filters select{font:inherit;padding:3px 6px}
 .qwrap{max-height:760px;overflow:auto;border:1px solid var(--line)}
-.queries td{font-size:12.5px}.qtext{max-width:380px}.gold{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;max-width:280px;overflow-wrap:anywhere}
+.queries td{font-size:12.5px}.qtext{min-width:170px;max-width:340px}.gold{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;min-width:130px;max-width:260px;overflow-wrap:break-word}
+.queries thead th.num{white-space:normal;overflow-wrap:break-word;min-width:52px;max-width:110px}
 .qid{white-space:nowrap;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px}
 td.rank.r1{background:#b9e4c4;font-weight:700}td.rank.r10{background:#dcf1e1}td.rank.rk{background:#fdf0c6}
 td.rank.miss{background:#f6dcdc;color:#8a1c15}td.rank.na{color:#9aa3ad}td.rank.unans{background:#e9d3f0;color:#5b2a80;font-weight:700}
@@ -790,7 +814,7 @@ def render_html(score: dict[str, Any], *, json_sha256: str = "") -> str:
         f"{_curves(systems, colours, kmax, score.get('published'))}</section>"
         f'<section id="breakdowns"><h2>Breakdowns</h2>{_breakdowns(systems, queries)}</section>'
         f"{comparisons}{drift}"
-        f'<section id="queries"><h2>Per-query explorer</h2>{_explorer(systems, queries)}</section>'
+        f'<section id="queries"><h2>Per-query explorer</h2>{_explorer(systems, _with_dropped(score, queries))}</section>'
         f'<section id="methodology"><h2>Methodology</h2>{_methodology(score, systems, json_sha256)}</section>'
         f"<footer>{banner_html and e(banner) + ' · '}Rendered by engines from report.json beside this page; "
         "no network resources are loaded.</footer>"

@@ -45,6 +45,56 @@ COMPARE_METRICS = ("nDCG@10", "R@1", "R@10", "MRR", "MAP")
 SLICE_BANNER = "development slice — not a result"
 
 
+# ------------------------------------------------------------------ naming a system
+
+# How people write an engine's name (the README, papers): matched like engine names.
+DISPLAY_NAMES = {
+    "leansearch": "LeanSearch",
+    "leanexplore": "LeanExplore",
+    "leanfinder": "Lean Finder",
+    "loogle": "Loogle",
+    "leanstatesearch": "LeanStateSearch",
+    "bm25": "BM25",
+}
+
+
+def _squash(text: str) -> str:
+    return "".join(ch for ch in text.casefold() if ch.isalnum())
+
+
+def match_systems(spec: str, candidates: Sequence[Any], *, sid: Any = None) -> list[Any]:
+    """The candidates ``spec`` names — the one way a system is named everywhere (``score
+    --system/--compare/--snapshot``, ``report``, ``plot``, ``drift``). Case-insensitive,
+    first rule that matches wins:
+
+    1. its id (``sid(c)``, e.g. ``leansearch@e1``) or its configuration label
+       (``leanfinder (stand-in)``);
+    2. its engine name (``leanfinder``) or display name (``Lean Finder``; spaces and
+       punctuation ignored);
+    3. a prefix (6 or more characters) of its config hash.
+
+    Candidates have ``label``, ``engine`` and ``config_hash``; the epochs of one
+    configuration all match. Callers decide what several configurations mean
+    (:func:`ambiguous`)."""
+    sid = sid or (lambda c: c.label)
+    w = str(spec).strip().casefold()
+    if not w:
+        return []
+    hits = [c for c in candidates if w in (str(sid(c)).casefold(), str(c.label).casefold())]
+    if not hits:
+        key = _squash(w)
+        hits = [c for c in candidates if key and key in (_squash(c.engine), _squash(DISPLAY_NAMES.get(c.engine, c.engine)))]
+    if not hits and len(w) >= 6:
+        hits = [c for c in candidates if str(c.config_hash).casefold().startswith(w)]
+    return hits
+
+
+def ambiguous(option: str, spec: str, names: Sequence[str]) -> InputError:
+    """The one-line error for a name that picks several systems, listing them."""
+    return InputError(f"{option}: {spec!r} names {len(names)} systems ({', '.join(names)}); "
+                      "give one of these ids or a config-hash prefix")
+
+
 # --------------------------------------------------------------------------- records
 
 
@@ -296,12 +346,26 @@ def _select_systems(found: list[SystemRef], wanted: Sequence[str] | None) -> lis
         return found
     out: list[SystemRef] = []
     for w in wanted:
-        hits = [s for s in found if w in (s.id, s.label) or (len(w) >= 6 and s.config_hash.startswith(w))]
+        hits = match_systems(w, found, sid=lambda r: r.id)
         if not hits:
             known = ", ".join(s.id for s in found) or "none"
-            raise InputError(f"no system {w!r} has answers for this benchmark (systems: {known})")
+            raise InputError(f"--system: no system {w!r} has answers for this benchmark (systems: {known}); "
+                             "give a label, engine name, display name or config-hash prefix")
+        if len({h.config_id for h in hits}) > 1:  # several configurations: say which
+            raise ambiguous("--system", w, [h.id for h in hits])
         out.extend(h for h in hits if h not in out)
     return out
+
+
+def _one_system(option: str, w: str, refs: list[SystemRef]) -> str:
+    """The id of the one scored system ``w`` names (after epoch selection)."""
+    hits = match_systems(w, refs, sid=lambda r: r.id)
+    if not hits:
+        raise InputError(f"{option}: no system {w!r} in this scoring run (systems: {', '.join(sorted(r.id for r in refs)) or 'none'}); "
+                         "give a label, engine name, display name or config-hash prefix")
+    if len(hits) > 1:
+        raise ambiguous(option, w, [h.id for h in hits])
+    return hits[0].id
 
 
 # ------------------------------------------------------------------------ scoring
@@ -444,15 +508,15 @@ def score(
                            "overlapping_units": overlapping})
 
         scope_shas = sorted({q.sha for q, _ in in_scope})
-        refs = _select_systems(_find_systems(s, scope_shas), systems)
-        refs = _pick_epochs(s, refs, epochs, named=set(systems or ()) | {w for pair in pairs for w in pair})
+        found = _find_systems(s, scope_shas)
+        refs = _select_systems(found, systems)
+        # A name that picks one epoch (an ``@eN`` id) keeps that epoch whatever --epoch says.
+        named = {h[0].id for w in [*(systems or ()), *(x for pair in pairs for x in pair)]
+                 for h in [match_systems(w, found, sid=lambda r: r.id)] if len(h) == 1}
+        refs = _pick_epochs(s, refs, epochs, named=named)
         snap_names = _snapshot_names(s, snapshots or {}, refs, gold)
         sample_of = {ref.id: _sample_of(s, ref, samples, scope_shas) for ref in refs}
-        ids = {r.id for r in refs}
-        for pair in pairs:
-            for w in pair:
-                if w not in ids:
-                    raise InputError(f"--compare: no system {w!r} in this scoring run (systems: {', '.join(sorted(ids)) or 'none'})")
+        pairs = [(_one_system("--compare", a_, refs), _one_system("--compare", b_, refs)) for a_, b_ in pairs]
 
     boot = Bootstrap.draw(n, resamples=resamples, seed=seed)
     # Resolve and store positions per system (one transaction each), then read them back.
@@ -608,14 +672,15 @@ def _snapshot_names(
     session: sa.orm.Session, snapshots: dict[str, str], refs: list[SystemRef], gold: set[str]
 ) -> dict[str, set[str]]:
     out = {}
-    ids = {r.id for r in refs} | {r.label for r in refs}
     for sid, spec in snapshots.items():
-        if sid not in ids:
+        hits = match_systems(sid, refs, sid=lambda r: r.id)
+        if not hits:
             raise InputError(f"--snapshot {sid}=...: no such system (systems: {', '.join(sorted(r.id for r in refs))})")
+        if len({r.config_id for r in hits}) > 1:
+            raise ambiguous(f"--snapshot {sid}=...", sid, [r.id for r in hits])
         _, names = _names_of(session, spec, gold)
-        for r in refs:
-            if sid in (r.id, r.label):
-                out[r.id] = names
+        for r in hits:
+            out[r.id] = names
     return out
 
 

@@ -383,3 +383,16 @@ def test_demo_standins_rank_differently():
                      for q in queries)
         assert differ >= len(queries) // 2, (a, b, differ)
     assert DEFAULT_WEIGHTS not in ENGINE_WEIGHTS.values()
+
+
+def test_demo_report_has_no_published_rows(demo_run):
+    """Issue 22 item 7: the demo's report shows no published reference rows (they need
+    --published, and were computed on another corpus than the demo's slice)."""
+    import json
+
+    tmp, proc = demo_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = tmp / "engines-demo" / "report"
+    assert json.loads((report / "report.json").read_text("utf-8")).get("published") == []
+    page = (report / "index.html").read_text("utf-8")
+    assert 'id="published"' not in page and 'class="published"' not in page

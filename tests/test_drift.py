@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -160,3 +161,80 @@ def test_crawl_epoch_options_are_checked(src) -> None:
     res = CliRunner().invoke(app, ["--db", str(src.engine.url), "crawl", "leansearch", "--bench", "mathlibmpr",
                                    "--refresh-if-older", "soon"])
     assert res.exit_code == 1 and "error: cannot parse duration 'soon'" in res.output
+
+
+def _copy_epoch0_into_epoch1(db, repeat_in: set[str]) -> dict[str, str]:
+    """Make every epoch-1 list the epoch-0 list again, except that the queries in
+    ``repeat_in`` (texts) repeat their first hit in slot 2 (everything after moves down one,
+    as a server that repeats hits does). Returns text → qid of the changed queries' texts."""
+    from store.models import Answer, Hit, Position, Query
+
+    with db.session() as s, s.begin():
+        s.execute(sa.delete(Position))  # cached gold positions of the lists being rewritten
+        ans = {(a.query_sha256, a.epoch): a for a in s.execute(sa.select(Answer).where(~Answer.superseded)).scalars()}
+        texts = {q.query_sha256: q.text for q in s.execute(sa.select(Query)).scalars()}
+        for (sha, epoch), a1 in ans.items():
+            a0 = ans.get((sha, 0))
+            if epoch != 1 or a0 is None:
+                continue
+            s.execute(sa.delete(Hit).where(Hit.answer_id == a1.id))
+            old = list(s.execute(sa.select(Hit).where(Hit.answer_id == a0.id).order_by(Hit.rank)).scalars())
+            if texts.get(sha) in repeat_in and old:
+                old = old[:1] + old
+            for rank, h in enumerate(old, 1):
+                s.add(Hit(answer_id=a1.id, rank=rank, name=h.name, normalized_name=h.normalized_name, raw=h.raw,
+                          resolved_corpus_id=h.resolved_corpus_id, declaration_id=h.declaration_id,
+                          resolution=h.resolution))
+    return texts
+
+
+def test_drift_over_first_occurrences_lists_only_changed_queries(src) -> None:
+    """Issue 22 item 4: a server that repeats a hit. Every epoch-1 list is its epoch-0 list,
+    except two queries that repeat their top hit in slot 2. Only those two changed."""
+    doc0 = drift(src, "leansearch", "mathlibmpr")
+    unscored = [r for r in doc0["per_query"] if not r["scored"] and r["n_before"] >= 3]
+    assert len(unscored) >= 2
+    changed = {r["text"] for r in unscored[:2]}
+    _copy_epoch0_into_epoch1(src, changed)
+    doc = drift(src, "leansearch", "mathlibmpr")
+    rows = {r["qid"]: r for r in doc["per_query"]}
+    want = sorted(r["qid"] for r in rows.values() if r["text"] in changed)
+    assert sorted(doc["most_changed"]) == want  # the unchanged 67 are not listed
+    for r in rows.values():
+        if r["text"] in changed:  # the repeat took slot 2: the list changed, RBO below 1
+            assert r["changed"] and r["top10_changed"] and r["rbo"] < 1.0 and not r["top1_changed"]
+            assert r["jaccard@10"] < 1.0  # the old 10th name fell out of the top 10
+        else:  # identical lists: exactly 1, not the float sum's 0.9999999999999997
+            assert r["rbo"] == 1.0 and not r["changed"] and not r["top10_changed"] and r["jaccard@10"] == 1.0
+    # No scored query changed: each paired difference is zero on every query → 0, p = 1.
+    for m, d in doc["overall"]["paired"].items():
+        assert d["diff"] == 0.0 and d["ci"] == [0.0, 0.0] and d["p"] == 1.0, m
+    res = CliRunner().invoke(app, ["--db", str(src.engine.url), "drift", "leansearch", "--bench", "mathlibmpr"])
+    assert res.exit_code == 0, res.output
+    table = res.output[res.output.index("changed most"):]
+    assert sorted(re.findall(r"(mathlibmpr_\w+)", table)) == want
+    line = next(x for x in res.output.splitlines() if "Δ MRR" in x)
+    assert re.search(r"│\s+0\s+│\s+\[0, 0\]\s+│\s+1\s+│", line), line
+    assert "-0.000" not in res.output and "+0.000" not in res.output
+
+
+def test_changed_queries_are_ordered_by_rbo_then_gold_move() -> None:
+    from scoring.drift import compare_lists, first_occurrences, rank_changed
+
+    x = list("abcdefghijkl")
+    assert first_occurrences(["a", "b", "a", "c"])[2] != "a"
+    # A repeat that makes the distinct list a prefix of the other is still a change (the
+    # extrapolated RBO of a deduplicated prefix would be exactly 1).
+    short = compare_lists(x[:4], ["a", "a", "b", "c"])
+    assert short["changed"] and short["rbo"] < 1.0
+    same = compare_lists(x * 1, list(x))
+    assert same == {"rbo": 1.0, "jaccard@10": 1.0, "top1_changed": False, "top10_changed": False, "changed": False}
+    assert compare_lists(["a", "a"], ["a", "a"])["rbo"] == 1.0  # the same repeat in the same slot: no change
+    rows = [
+        {"qid": "q1", "rbo": 0.5, "gold_before": 1, "gold_after": 2, "changed": True},
+        {"qid": "q2", "rbo": 0.5, "gold_before": 1, "gold_after": 9, "changed": True},
+        {"qid": "q3", "rbo": 0.5, "gold_before": None, "gold_after": 4, "changed": True},
+        {"qid": "q4", "rbo": 0.2, "gold_before": None, "gold_after": None, "changed": True},
+        {"qid": "q5", "rbo": 1.0, "gold_before": None, "gold_after": None, "changed": False},
+    ]
+    assert [r["qid"] for r in rank_changed(rows)] == ["q4", "q3", "q2", "q1"]

@@ -138,3 +138,65 @@ def test_report_renders_in_headless_chromium(tmp_path):
         colours = img.convert("RGB").getcolors(maxcolors=1 << 20)
     # a blank or error page has a handful of colours; the report has text, bands and lines
     assert colours is not None and len(colours) > 200
+
+
+LAYOUT_PROBE = """
+<script>
+(function(){
+  var out = {};
+  var wrap = document.querySelector('#queries .qwrap'), t = document.getElementById('queries-table');
+  var w = wrap.getBoundingClientRect();
+  var heads = t.tHead.rows[0].cells, last = heads[heads.length - 1].getBoundingClientRect();
+  out.wrap_right = w.right; out.last_right = last.right; out.last_left = last.left;
+  out.scroll = wrap.scrollWidth; out.client = wrap.clientWidth;
+  var galois = document.getElementById('q-Q0_q1a_lean').querySelector('td.gold');
+  var range = document.createRange(); range.selectNodeContents(galois);
+  var tops = {}; Array.prototype.forEach.call(range.getClientRects(), function(r){ tops[Math.round(r.top)] = 1; });
+  out.galois_lines = Object.keys(tops).length;  /* line boxes the name occupies */
+  out.galois_text = galois.textContent;
+  var st = document.getElementById('qstate'); st.value = 'dropped'; st.dispatchEvent(new Event('change'));
+  out.dropped_visible = Array.prototype.filter.call(t.tBodies[0].rows, function(r){ return r.style.display !== 'none'; })
+    .map(function(r){ return r.id; });
+  var pre = document.createElement('pre'); pre.id = 'probe'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>
+"""
+
+
+def demo_like_score() -> dict:
+    """The demo's shape: five rows with the demo's labels, a short gold name, long query
+    texts, and one dropped query that (as in a real score document) is not among the
+    scored queries — only in the scope's dropped_qids and the report's dropped_queries."""
+    labels = ("leansearch (stand-in)", "leanexplore (stand-in)", "leanfinder (stand-in)", "bm25",
+              "dense:bge-small-en-v1.5 (plain)")
+    score = synthetic_score(n_queries=30, systems=labels, dropped_qids=())
+    score["queries"][0]["gold"] = [["GaloisConnection"]]
+    score["queries"][1]["gold"] = [["GaloisConnection.l_u_le_of_le_of_isLUB_of_isGLB_with_a_long_name"], ["OrderIso.symm"]]
+    for q in score["queries"]:
+        q["text"] = "the lower adjoint of a Galois connection preserves least upper bounds " * 2
+    score.setdefault("scope", {})["dropped_qids"] = ["Q99_q2_lean"]
+    score["dropped_queries"] = [{"qid": "Q99_q2_lean", "text": "a query whose gold is not in the slice",
+                                 "style": "q2_lean", "gold": [["Mathlib.NotInSlice"]], "dropped": True}]
+    return score
+
+
+def test_explorer_fits_1400px_and_lists_dropped_queries(tmp_path):
+    """Issue 22 item 9: at 1,400 px the explorer shows every system column without
+    scrolling sideways, a short gold name stays on one line, and the "dropped (gold not in
+    corpus)" filter finds the dropped query."""
+    score = demo_like_score()
+    page = render_report(score, tmp_path / "report")
+    probed = tmp_path / "report" / "probe.html"
+    probed.write_text(page.read_text("utf-8").replace("</body>", LAYOUT_PROBE + "</body>"), encoding="utf-8")
+    cmd_dom = run_chromium(tmp_path, probed.as_uri(), "--dump-dom", "--virtual-time-budget=5000",
+                           "--window-size=1400,1000")
+    assert cmd_dom.returncode == 0, cmd_dom.stderr.decode(errors="replace")[-2000:]
+    m = re.search(r'<pre id="probe">(.*?)</pre>', cmd_dom.stdout.decode("utf-8"), re.S)
+    assert m, "the probe script did not run"
+    probe = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+    assert probe["galois_text"] == "GaloisConnection"
+    assert probe["galois_lines"] == 1, probe
+    assert probe["scroll"] <= probe["client"] + 1, probe  # no sideways scrolling
+    assert probe["last_right"] <= probe["wrap_right"] + 1, probe  # the last system column is in view
+    assert probe["dropped_visible"] == ["q-Q99_q2_lean"]

@@ -223,12 +223,13 @@ def run_demo(
             keys = _system_keys(db, result.config_ids)
             pair = _comparison_pair(db, result.config_ids)
             try:
-                js = build_score_json(db, DEMO_BENCH, corpus=corpus, systems=keys, subset=subset, compare=pair)
+                js = build_score_json(db, DEMO_BENCH, corpus=corpus, systems=keys, subset=subset, compare=pair,
+                                      published=False)
             except UserError:
                 if pair is None:
                     raise
                 # The predicted system ids did not match (labels shared with older rows): no comparison.
-                js = build_score_json(db, DEMO_BENCH, corpus=corpus, systems=keys, subset=subset)
+                js = build_score_json(db, DEMO_BENCH, corpus=corpus, systems=keys, subset=subset, published=False)
             if not js.get("banner"):
                 # The scorer marks slice corpora itself; the demo never emits an unmarked page.
                 js["banner"] = BANNER

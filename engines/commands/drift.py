@@ -17,6 +17,15 @@ def _f(x, digits: int = 3) -> str:
     return "—" if x is None else f"{x:.{digits}f}"
 
 
+def _d(x) -> str:
+    """A signed difference: exactly 0 prints "0"; a tiny one keeps its sign and size."""
+    if x is None:
+        return "—"
+    if x == 0:
+        return "0"
+    return f"{x:+.3f}" if abs(x) >= 0.0005 else f"{x:+.1e}"
+
+
 def _epoch(e: dict) -> str:
     return f"epoch {e['epoch']} ({e['label']})"
 
@@ -37,12 +46,12 @@ def print_drift(doc: dict, console: Console) -> None:
     overall.add_row("top 10 changed", _f(o["top10_changed"]), "", "")
     for m, d in o["paired"].items():
         lo, hi = d["ci"]
-        overall.add_row(f"Δ {m} ({_f(d['from'])} → {_f(d['to'])})", f"{d['diff']:+.3f}" if d["diff"] is not None else "—",
-                        f"[{lo:+.3f}, {hi:+.3f}]" if lo is not None else "—", _f(d["p"]))
+        overall.add_row(f"Δ {m} ({_f(d['from'])} → {_f(d['to'])})", _d(d["diff"]),
+                        f"[{_d(lo)}, {_d(hi)}]" if lo is not None else "—", "1" if d["p"] == 1 else _f(d["p"]))
     console.print(overall)
     rows = {r["qid"]: r for r in doc["per_query"]}
     if doc["most_changed"]:
-        t = Table(title="changed most (lowest RBO)", title_justify="left")
+        t = Table(title="changed most (lowest RBO, then largest gold move)", title_justify="left")
         for c in ("query", "RBO", "J@10", "gold", f"top {len(rows[doc['most_changed'][0]]['top_before']) or 5} before",
                   "after"):
             t.add_column(c, justify="right" if c in ("RBO", "J@10", "gold") else "left")
@@ -52,11 +61,13 @@ def print_drift(doc: dict, console: Console) -> None:
             t.add_row(escape(qid), _f(r["rbo"]), _f(r["jaccard@10"]), gold,
                       escape("\n".join(r["top_before"]) or "(empty)"), escape("\n".join(r["top_after"]) or "(empty)"))
         console.print(t)
+    elif doc["n_common"]:
+        console.print("no query's list changed between the two epochs (compared over first occurrences)")
 
 
 def drift_cmd(
     ctx: typer.Context,
-    engine: str = typer.Argument(..., help="Engine name, configuration label or config-hash prefix."),
+    engine: str = typer.Argument(..., help="Label, engine name, display name (e.g. \"Lean Finder\") or config-hash prefix."),
     bench: str = typer.Option(..., "--bench", "-b", help="Benchmark whose queries to compare on."),
     from_epoch: Optional[str] = typer.Option(None, "--from", help="Older epoch (number or label; default: the one before --to)."),
     to_epoch: Optional[str] = typer.Option(None, "--to", help="Newer epoch (number or label; default: the newest)."),

@@ -26,15 +26,19 @@ def build_score_json(
     systems: list[str] | None = None,
     compare: tuple[str, str] | None = None,
     profile: str = "main",
+    published: bool = True,
 ) -> dict[str, Any]:
-    """Score ``bench`` with the project's one scorer and return the engines.score/1 dict."""
+    """Score ``bench`` with the project's one scorer and return the engines.score/1 dict
+    (with the published reference rows that apply unless ``published=False``; ``engines
+    report`` and the demo pass their ``--published`` choice, off by default)."""
     from scoring.results import score  # the scorer (issue 5)
 
     from scoring.published import attach
 
     result = score(db, bench, corpus=corpus, subset=subset, systems=systems or None, compare=compare,
                    profile=profile)
-    doc = attach(result.to_json())
+    doc = attach(result.to_json()) if published else {**result.to_json(), "published": []}
+    doc["dropped_queries"] = dropped_queries(db, bench, doc)
     doc["slices"] = engine_slices(db, bench, corpus=corpus, subset=subset, systems=systems, profile=profile)
     from scoring.report_drift import drift_docs
 
@@ -42,6 +46,22 @@ def build_score_json(
     if drift:
         doc["drift"] = drift
     return doc
+
+
+def dropped_queries(db: Any, bench: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The in-scope queries the scorer dropped (no gold name in the corpus), with their text
+    and gold, so the report's explorer lists them under "dropped (gold not in corpus)"."""
+    from scoring.positions import load_queries
+    from store.benchmarks import find_benchmark
+
+    want = set((doc.get("scope") or {}).get("dropped_qids") or [])
+    if not want:
+        return []
+    b = find_benchmark(db, bench)
+    with db.session() as s:
+        return [{"qid": q.qid, "text": q.text, "style": q.style, "kind": q.kind, "difficulty": q.difficulty,
+                 "target_id": q.target_id, "gold": [list(u.names) for u in q.units], "dropped": True}
+                for q in load_queries(s, b.id) if q.qid in want]
 
 
 def engine_slices(db: Any, bench: str, **kw: Any) -> list[dict[str, Any]]:
@@ -98,6 +118,10 @@ def report_command(
         None, "--compare", help="Add a paired bootstrap comparison of two systems: --compare A B."
     ),
     profile: str = typer.Option("main", "--profile", help="Scoring profile."),
+    published: bool = typer.Option(
+        False, "--published/--no-published",
+        help="Also show the published reference rows that apply (own table, dashed on the curves), never ranked.",
+    ),
     from_json: Optional[Path] = typer.Option(
         None, "--from-json", help="Render this score JSON (engines.score/1) instead of scoring the database."
     ),
@@ -107,12 +131,18 @@ def report_command(
         if bench or corpus or subset or system or (compare and compare[0]):
             raise InputError("--from-json renders a finished score file; drop --bench/--corpus/--subset/--system/--compare")
         score_json = read_score_json(from_json)
+        if published and "published" not in score_json:
+            from scoring.published import attach
+
+            attach(score_json)
+        elif not published:  # the same rule as `engines score` and `engines plot`: only when asked
+            score_json["published"] = []
     else:
         if not bench:
             raise InputError("which benchmark? pass --bench NAME (see `engines bench list`) or --from-json FILE")
         score_json = build_score_json(
             get_db(ctx), bench, corpus=corpus, subset=subset, systems=system,
-            compare=tuple(compare) if compare and compare[0] else None, profile=profile,
+            compare=tuple(compare) if compare and compare[0] else None, profile=profile, published=published,
         )
     page = write_report(score_json, out)
     if score_json.get("banner"):
