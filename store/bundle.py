@@ -628,7 +628,10 @@ def parse_imported(db, summary: ImportSummary, *, into=None, adapters: dict[int,
     from engines.base import EngineHTTPError, EngineOutage, EngineParseError
     from engines.registry import adapter_for_config
     from store.benchmarks import query_sha256
+    from store.writes import paused_gc
 
+    if summary.configs:
+        db.refresh_statistics("exchanges", "parse_outcomes", "answers", "hits", conn=into)
     for cid in sorted(summary.configs):
         adapter = (adapters or {}).get(cid)
         if adapter is None:
@@ -650,7 +653,7 @@ def parse_imported(db, summary: ImportSummary, *, into=None, adapters: dict[int,
                 break
             # One transaction per batch of exchanges (a transaction each made import a
             # commit-bound 10 exchanges/s on PostgreSQL): outcomes, answers and hits together.
-            with (nullcontext(into) if into is not None else db.engine.begin()) as conn:
+            with (nullcontext(into) if into is not None else db.engine.begin()) as conn, paused_gc():
                 for ex_id, epoch, texts, status, headers, body, elapsed in batch:
                     last_id = ex_id
                     try:
