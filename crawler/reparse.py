@@ -43,7 +43,8 @@ from sqlalchemy.orm import Session
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError
 from store.errors import InputError, UserError
 from store.models import Answer, EngineConfig, Exchange, Hit, ParseOutcome, Position, WorkLease
-from store.writes import AnswerRow, HitRow, add_answers, paused_gc
+from store.names import normalize_name
+from store.writes import encode_raw, paused_gc, write_hit_rows
 
 BATCH = 500  # exchanges per transaction
 BATCH_BYTES = 64 << 20  # ... and at most this many bytes of bodies (one is always taken)
@@ -138,7 +139,7 @@ class _Batch:
         self.outcomes: list[dict[str, Any]] = []
         self.superseded: list[int] = []
         self.bumped: list[int] = []
-        self.answers: list[AnswerRow] = []
+        self.answers: list[tuple[dict[str, Any], list[tuple]]] = []  # (answers row, its hits without answer_id)
         self.freed: list[tuple[int, int, list[str]]] = []  # (config, epoch, shas) failed leases due again
         self.answered: list[tuple[int, int, list[str]]] = []  # (config, epoch, shas) leases that go
 
@@ -147,8 +148,10 @@ class _Batch:
         return len(old) == len(new) and all(o[0] == n[0] and o[1] == n[1] for o, n in zip(old, new))
 
     @staticmethod
-    def same_raws(old: list[tuple[int, str, Any]], new: list[tuple[int, str, Any]]) -> bool:
-        return all((None if o[2] is None else json.loads(o[2])) == n[2] for o, n in zip(old, new))
+    def same_raws(old: list[tuple[int, str, Any]], new: list[tuple]) -> bool:
+        # The raw items as values (the stored JSON text decoded), as the ORM compared them.
+        return all((None if o[2] is None else json.loads(o[2])) == (None if n[3] is None else json.loads(n[3]))
+                   for o, n in zip(old, new))
 
     def write(self, s: Session, version: int) -> None:
         conn = s.connection()
@@ -158,7 +161,14 @@ class _Batch:
             conn.execute(sa.update(Answer).where(Answer.id.in_(self.superseded[i:i + 500])).values(superseded=True))
         for i in range(0, len(self.bumped), 500):
             conn.execute(sa.update(Answer).where(Answer.id.in_(self.bumped[i:i + 500])).values(parser_version=version))
-        add_answers(s, self.answers)
+        if self.answers:
+            # add_answers' rows, with each hit's normalized name and raw JSON text made by the parse
+            # (in the parsing worker, when there is one).
+            table = Answer.__table__
+            ids = conn.execute(sa.insert(table).returning(table.c.id, sort_by_parameter_order=True),
+                               [a for a, _ in self.answers]).scalars().all()
+            write_hit_rows(conn, [(aid, *h, None, None, None) for aid, (_, hits) in zip(ids, self.answers)
+                                  for h in hits])
         # A failed lease freed by one exchange and answered by another of the batch goes either
         # way: freeing first and deleting after leaves what the per-exchange order left.
         for cid, epoch, shas in self.freed:
@@ -170,18 +180,71 @@ class _Batch:
                 WorkLease.config_id == cid, WorkLease.epoch == epoch, WorkLease.query_sha256.in_(shas)))
 
 
-def _parse(adapter, ex) -> tuple[list | None, str | None, bool]:
-    """(answer lists, None, False), or (None, error, is the body an outage)."""
-    texts = list(ex.query_texts)
+def _parse(adapter, texts: list[str], status: int, headers, body: bytes | None) -> tuple[list | None, str | None, bool]:
+    """One exchange parsed: (answer lists, None, False), or (None, error, is the body an outage).
+
+    An answer list is (hits as (rank, name, normalized name, raw JSON text), items dropped,
+    first drop reason): plain values, cheap to send back from a worker process, and all the
+    per-hit work of writing is done where the parse runs.
+    """
     try:
-        parsed = adapter.parse(texts, ex.status_code, ex.response_headers or {}, ex.response_body or b"")
+        parsed = adapter.parse(texts, status, headers or {}, body or b"")
         if len(parsed) != len(texts):
             raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
-        return parsed, None, False
     except EngineOutage as exc:
         return None, f"outage: {exc}", True
     except (EngineParseError, EngineHTTPError) as exc:
         return None, str(exc), False
+    return [([(h.rank, h.name, normalize_name(h.name), encode_raw(h.raw)) for h in hits],
+             int(getattr(hits, "dropped", 0) or 0), getattr(hits, "drop_reason", None)) for hits in parsed], None, False
+
+
+def _parse_all(adapter, items: list[tuple]) -> list[tuple[list | None, str | None, bool]]:
+    """:func:`_parse` of every (texts, status, headers, body) of a batch (in a worker process or here)."""
+    with paused_gc():
+        return [_parse(adapter, *item) for item in items]
+
+
+WORKER_MIN = 2000  # exchanges to re-parse before a parsing worker process is worth its start-up (~1 s)
+
+
+class _Parser:
+    """Parses batches in one spawned worker process while this one writes the previous batch
+    (two cores instead of one), or here when there is little to do, the adapter cannot be sent
+    to a process, or the worker died: whatever goes wrong over there, the batch is parsed again
+    here, so a result (or an error) is always the one this process's parse gives."""
+
+    def __init__(self, adapter, worker: bool) -> None:
+        self.adapter = adapter
+        self.pool = None
+        if worker:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+    def submit(self, rows) -> Callable[[], list]:
+        items = [(list(r.query_texts), r.status_code, r.response_headers, r.response_body) for r in rows]
+        if self.pool is None:
+            return lambda: _parse_all(self.adapter, items)
+        try:
+            future = self.pool.submit(_parse_all, self.adapter, items)
+        except Exception:  # noqa: BLE001 - a broken pool: parse here
+            self.close()
+            return lambda: _parse_all(self.adapter, items)
+
+        def result() -> list:
+            try:
+                return future.result()
+            except Exception:  # noqa: BLE001 - the worker died or could not take the adapter: parse here
+                self.close()
+                return _parse_all(self.adapter, items)
+        return result
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
 
 
 def _reparse_exchange(adapter, res: ConfigReparse, ex, touched: set[int], b: _Batch,
@@ -210,8 +273,8 @@ def _reparse_exchange(adapter, res: ConfigReparse, ex, touched: set[int], b: _Ba
             # the text was never refused, so it is due again.
             b.freed.append((ex.config_id, ex.epoch, shas))
         return
-    drops = [int(getattr(h, "dropped", 0) or 0) for h in parsed]
-    reason = next((getattr(h, "drop_reason", None) for h in parsed if getattr(h, "drop_reason", None)), None)
+    drops = [dropped for _, dropped, _ in parsed]
+    reason = next((why for _, _, why in parsed if why), None)
     b.outcomes.append(dict(exchange_id=ex.id, parser_version=version, ok=True, error=None,
                            dropped_items=sum(drops), drop_reason=reason))
     res.dropped += sum(drops)
@@ -219,11 +282,11 @@ def _reparse_exchange(adapter, res: ConfigReparse, ex, touched: set[int], b: _Ba
         res.newly_parsed += 1
     done: set[str] = set()
     answered: list[str] = []
-    for text, sha, hits, dropped in zip(texts, shas, parsed, drops):
+    for text, sha, (hits, _, _), dropped in zip(texts, shas, parsed, drops):
         if sha in done:
             continue  # the same text twice in one batch: one answer
         done.add(sha)
-        new = [(h.rank, h.name, h.raw) for h in hits]
+        new = hits
         cur = b.current.get((ex.epoch, sha))
         fetched_at = ex.finished_at or ex.sent_at
         if cur is not None:
@@ -242,12 +305,12 @@ def _reparse_exchange(adapter, res: ConfigReparse, ex, touched: set[int], b: _Ba
             res.answered += 1
             answered.append(sha)
         # fetched_at: when the bytes were fetched, not when they were re-read (drift studies use it).
-        b.answers.append(AnswerRow(
-            config_id=ex.config_id, query_text=text, query_sha256=sha,
-            hits=[HitRow(rank=r, name=n, raw=raw) for r, n, raw in new], epoch=ex.epoch, exchange_id=ex.id,
-            parser_version=version, latency_ms=cur.latency_ms if cur is not None else ex.elapsed_ms,
-            dropped_items=dropped, fetched_at=fetched_at,
-        ))
+        b.answers.append((dict(
+            config_id=ex.config_id, query_text=text, query_sha256=sha, epoch=ex.epoch, exchange_id=ex.id,
+            parser_version=version, fetched_at=fetched_at, n_returned=len(new),
+            latency_ms=cur.latency_ms if cur is not None else ex.elapsed_ms, meta=None, superseded=False,
+            dropped_items=dropped,
+        ), new))
         b.current[(ex.epoch, sha)] = _Cur(None, ex.id, dropped, fetched_at, None)  # written with the batch
         touched.add(ex.epoch)
     if answered:
@@ -310,37 +373,56 @@ def reparse(
                 continue
             res = ConfigReparse(cfg.engine, cfg.label, cfg.id, adapter.parser_version)
             summary.results.append(res)
-            for ids in _batches(_pending_ids(db, cfg.id, adapter.parser_version), batch, BATCH_BYTES):
-                s = dry if dry is not None else db.session()
+            pending = _pending_ids(db, cfg.id, adapter.parser_version)
+            batches = list(_batches(pending, batch, BATCH_BYTES))
+            parser = _Parser(adapter, worker=len(pending) >= WORKER_MIN)
+
+            def read(ids: list[int]):
+                """The batch's exchanges, and its parse started (in the worker while this one writes)."""
+                r = dry if dry is not None else db.session()
                 try:
-                    touched: set[int] = set()
-                    with paused_gc():
-                        exchanges = s.execute(sa.select(*_COLUMNS).where(Exchange.id.in_(ids))
-                                              .order_by(Exchange.id)).all()
-                        loaded = _Batch(s, cfg.id, exchanges)
-                        for ex in exchanges:
-                            _reparse_exchange(adapter, res, ex, touched, loaded, _parse(adapter, ex))
-                        loaded.write(s, adapter.parser_version)
-                        for epoch in touched:
-                            # Stored positions of this system are stale now: the scorer rebuilds them.
-                            s.execute(sa.delete(Position).where(Position.config_id == cfg.id,
-                                                                Position.epoch == epoch))
-                        s.flush()
-                    if dry is None:
-                        s.commit()
-                    else:
-                        s.expunge_all()
-                except IntegrityError:
-                    s.rollback()
-                    raise UserError(
-                        f"reparse: answers of {cfg.label!r} were written meanwhile (a crawl is running?); "
-                        "nothing of this batch was written: run `engines reparse` again when the crawl is done"
-                    ) from None
+                    rows = r.execute(sa.select(*_COLUMNS).where(Exchange.id.in_(ids)).order_by(Exchange.id)).all()
                 finally:
                     if dry is None:
-                        s.close()
-                if on_batch is not None:
-                    on_batch(res)
+                        r.close()
+                return rows, parser.submit(rows)
+
+            try:
+                ahead = read(batches[0]) if batches else None
+                for k in range(len(batches)):
+                    exchanges, parsed = ahead
+                    ahead = read(batches[k + 1]) if k + 1 < len(batches) else None
+                    s = dry if dry is not None else db.session()
+                    try:
+                        touched: set[int] = set()
+                        results = parsed()
+                        with paused_gc():
+                            loaded = _Batch(s, cfg.id, exchanges)
+                            for ex, result in zip(exchanges, results):
+                                _reparse_exchange(adapter, res, ex, touched, loaded, result)
+                            loaded.write(s, adapter.parser_version)
+                            for epoch in touched:
+                                # Stored positions of this system are stale now: the scorer rebuilds them.
+                                s.execute(sa.delete(Position).where(Position.config_id == cfg.id,
+                                                                    Position.epoch == epoch))
+                            s.flush()
+                        if dry is None:
+                            s.commit()
+                        else:
+                            s.expunge_all()
+                    except IntegrityError:
+                        s.rollback()
+                        raise UserError(
+                            f"reparse: answers of {cfg.label!r} were written meanwhile (a crawl is running?); "
+                            "nothing of this batch was written: run `engines reparse` again when the crawl is done"
+                        ) from None
+                    finally:
+                        if dry is None:
+                            s.close()
+                    if on_batch is not None:
+                        on_batch(res)
+            finally:
+                parser.close()
     finally:
         if dry is not None:
             dry.rollback()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import gc
 import json
 from dataclasses import dataclass
@@ -119,7 +118,6 @@ class AnswerRow:
     latency_ms: float | None = None
     meta: dict[str, Any] | None = None
     dropped_items: int = 0
-    fetched_at: dt.datetime | None = None  # None: now (reparse keeps when the bytes were fetched)
 
 
 def add_answers(session: Session, answers: Iterable[AnswerRow]) -> list[int]:
@@ -149,7 +147,7 @@ def add_answers(session: Session, answers: Iterable[AnswerRow]) -> list[int]:
                     "epoch": a.epoch,
                     "exchange_id": a.exchange_id,
                     "parser_version": a.parser_version,
-                    "fetched_at": a.fetched_at or now,
+                    "fetched_at": now,
                     "n_returned": len(a.hits),
                     "latency_ms": a.latency_ms,
                     "meta": a.meta,
@@ -170,7 +168,7 @@ def paused_gc() -> Iterator[None]:
 
     Parsing 500 bodies allocates millions of small containers, each allocation counting
     towards a collection that scans every live object and finds nothing to free (the
-    objects are acyclic): re-parsing spent a third of its time there. Reference counting
+    objects are acyclic). Reference counting
     still frees everything; the collector runs again when the step ends.
     """
     if not gc.isenabled():
