@@ -182,7 +182,8 @@ def phase(name: str, url: str, path: str) -> dict:
         out = {"added": s.added, "answers": s.answers, "archive_s": s.seconds_archive, "parse_s": s.seconds_parse}
         db.dispose()
     out["seconds"] = time.perf_counter() - t0
-    out["cpu_s"] = time.process_time() - cpu0  # this process only (not the PostgreSQL server)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # a parsing worker process, once it has ended
+    out["cpu_s"] = time.process_time() - cpu0 + kids.ru_utime + kids.ru_stime  # not the PostgreSQL server's
     out["peak_rss_mb"] = _peak_rss_mb()
     return out
 
