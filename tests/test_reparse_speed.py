@@ -136,6 +136,7 @@ def test_worker_process_writes_what_parsing_here_writes(tmp_path: Path, v2, monk
     monkeypatch.setattr(rp, "WORKER_MIN", 10**9)
     a = _reparse(here, batch=7)
     monkeypatch.setattr(rp, "WORKER_MIN", 0)
+    monkeypatch.setattr(rp, "spare_core", lambda: True)  # whatever the machine's load
     started = []
     real = rp._Parser.__init__
 
@@ -173,6 +174,7 @@ def test_dead_worker_means_parsing_here_and_the_same_rows(tmp_path: Path, v2, mo
     monkeypatch.setenv(MARK, str(mark))
     monkeypatch.setenv(MARK + "_PARENT", str(os.getpid()))
     monkeypatch.setattr(rp, "WORKER_MIN", 0)
+    monkeypatch.setattr(rp, "spare_core", lambda: True)
     monkeypatch.setitem(registry.ENGINES, "leansearch", KillsItsWorker)
     b = _reparse(there, batch=7)
     assert mark.exists() and int(mark.read_text()) != os.getpid()  # the worker did die
@@ -194,3 +196,31 @@ def test_statistics_are_refreshed_first_on_postgresql(pg_url: str, v2) -> None:
             assert conn.exec_driver_sql(q).scalars().all() == ["answers", "exchanges", "hits", "parse_outcomes"]
     finally:
         db.dispose()
+
+
+def test_import_parses_the_same_with_and_without_the_worker(tmp_path: Path, monkeypatch) -> None:
+    from store.bundle import export_bundle, import_bundle
+
+    src = f"sqlite:///{tmp_path / 'src.db'}"
+    _build(src)
+    db = open_database(src)
+    try:
+        export_bundle(db, tmp_path / "b.warc.gz")
+    finally:
+        db.dispose()
+    states, summaries = [], []
+    for worker in (False, True):
+        monkeypatch.setattr(rp, "WORKER_MIN", 0 if worker else 10**9)
+        monkeypatch.setattr(rp, "spare_core", lambda: True)
+        url = f"sqlite:///{tmp_path / f'dst{worker}.db'}"
+        db = open_database(url)
+        try:
+            s = import_bundle(db, tmp_path / "b.warc.gz")
+        finally:
+            db.dispose()
+        summaries.append((s.added, s.answers, s.parse_failures))
+        st = _state(url)
+        st["answers"] = [a[:4] + a[5:] for a in st["answers"]]  # fetched_at: the time of the import
+        states.append(st)
+    assert summaries[0] == summaries[1] == (N, N - N // 5, N // 5)
+    assert states[0] == states[1]
