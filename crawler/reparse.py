@@ -127,7 +127,7 @@ class _Batch:
         in_batch = set(ids)
         mine = [a.id for a in self.current.values() if a.exchange_id in in_batch]
         # Hits as (rank, name, raw JSON text): the raw items are decoded only for an answer whose
-        # ranks and names did not change (:meth:`same_hits`).
+        # ranks and names did not change (:meth:`same_raws`).
         self.hits: dict[int, list[tuple[int, str, Any]]] = {}
         raw_text = sa.cast(Hit.raw, sa.Text)
         for i in range(0, len(mine), 500):
