@@ -22,7 +22,8 @@ again:
 - stored gold positions of every touched configuration × epoch are deleted, so the
   scorer recomputes them.
 
-One transaction per batch of exchanges: a kill loses at most the batch in progress and
+One transaction per batch of exchanges (500, or 64 MiB of bodies), written with a few
+bulk statements: a kill loses at most the batch in progress and
 never leaves one exchange half re-parsed; a second run finds nothing left to do
 (exchanges already parsed by the current version are skipped). ``dry_run`` does all of
 it in one transaction and rolls it back.
@@ -30,9 +31,10 @@ it in one transaction and rolls it back.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -41,9 +43,14 @@ from sqlalchemy.orm import Session
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError
 from store.errors import InputError, UserError
 from store.models import Answer, EngineConfig, Exchange, Hit, ParseOutcome, Position, WorkLease
-from store.writes import HitRow, add_answer
+from store.names import normalize_name
+from store.writes import encode_raw, paused_gc, write_hit_rows
 
-BATCH = 100  # exchanges per transaction
+BATCH = 500  # exchanges per transaction
+BATCH_BYTES = 64 << 20  # ... and at most this many bytes of bodies (one is always taken)
+_COLUMNS = (Exchange.id, Exchange.config_id, Exchange.epoch, Exchange.query_texts, Exchange.status_code,
+            Exchange.response_headers, Exchange.response_body, Exchange.finished_at, Exchange.sent_at,
+            Exchange.elapsed_ms)
 
 
 @dataclass
@@ -84,10 +91,21 @@ def adapter_for_config(cfg: EngineConfig):
     return rebuild(cfg.engine, cfg.params)
 
 
+class _Cur:
+    """A current answer, as much of it as re-parsing needs."""
+
+    __slots__ = ("id", "exchange_id", "dropped_items", "fetched_at", "latency_ms")
+
+    def __init__(self, id, exchange_id, dropped_items, fetched_at, latency_ms) -> None:  # noqa: A002
+        self.id, self.exchange_id, self.dropped_items = id, exchange_id, dropped_items
+        self.fetched_at, self.latency_ms = fetched_at, latency_ms
+
+
 class _Batch:
     """What one batch needs from the database, read with a few queries instead of several per
     exchange: each exchange's latest parse outcome, the current answers of its texts and
-    the hits of those answers. Kept up to date as the batch writes new answers."""
+    the hits of those answers. Kept up to date as the batch decides its new answers; the
+    writes it collects go out together at the end (:meth:`write`)."""
 
     def __init__(self, s: Session, config_id: int, exchanges: list) -> None:
         from store.benchmarks import query_sha256
@@ -99,45 +117,166 @@ class _Batch:
             self.prev_ok[ex_id] = ok  # the latest outcome wins
         self.shas = {ex.id: [query_sha256(t) for t in ex.query_texts] for ex in exchanges}
         wanted = sorted({sha for v in self.shas.values() for sha in v})
-        self.current: dict[tuple[int, str], Answer] = {}
+        self.current: dict[tuple[int, str], _Cur] = {}
         for i in range(0, len(wanted), 500):
-            for a in s.execute(sa.select(Answer).where(
-                    Answer.config_id == config_id, Answer.query_sha256.in_(wanted[i:i + 500]),
-                    ~Answer.superseded)).scalars():
-                self.current[(a.epoch, a.query_sha256)] = a
+            for aid, epoch, sha, ex_id, dropped, fetched, latency in s.execute(sa.select(
+                    Answer.id, Answer.epoch, Answer.query_sha256, Answer.exchange_id, Answer.dropped_items,
+                    Answer.fetched_at, Answer.latency_ms).where(
+                    Answer.config_id == config_id, Answer.query_sha256.in_(wanted[i:i + 500]), ~Answer.superseded)):
+                self.current[(epoch, sha)] = _Cur(aid, ex_id, dropped, fetched, latency)
         in_batch = set(ids)
         mine = [a.id for a in self.current.values() if a.exchange_id in in_batch]
+        # Hits as (rank, name, raw JSON text): the raw items are decoded only for an answer whose
+        # ranks and names did not change (:meth:`same_raws`).
         self.hits: dict[int, list[tuple[int, str, Any]]] = {}
+        raw_text = sa.cast(Hit.raw, sa.Text)
         for i in range(0, len(mine), 500):
             for aid, rank, name, raw in s.execute(
-                    sa.select(Hit.answer_id, Hit.rank, Hit.name, Hit.raw).where(Hit.answer_id.in_(mine[i:i + 500]))
+                    sa.select(Hit.answer_id, Hit.rank, Hit.name, raw_text).where(Hit.answer_id.in_(mine[i:i + 500]))
                     .order_by(Hit.answer_id, Hit.rank, Hit.id)):
                 self.hits.setdefault(aid, []).append((rank, name, raw))
+        # What the batch writes, in this order (old answers superseded before new ones go in).
+        self.outcomes: list[dict[str, Any]] = []
+        self.superseded: list[int] = []
+        self.bumped: list[int] = []
+        self.answers: list[tuple[dict[str, Any], list[tuple]]] = []  # (answers row, its hits without answer_id)
+        self.freed: list[tuple[int, int, list[str]]] = []  # (config, epoch, shas) failed leases due again
+        self.answered: list[tuple[int, int, list[str]]] = []  # (config, epoch, shas) leases that go
+
+    @staticmethod
+    def same_names(old: list[tuple[int, str, Any]], new: list[tuple[int, str, Any]]) -> bool:
+        return len(old) == len(new) and all(o[0] == n[0] and o[1] == n[1] for o, n in zip(old, new))
+
+    @staticmethod
+    def same_raws(old: list[tuple[int, str, Any]], new: list[tuple]) -> bool:
+        # The raw items as values (the stored JSON text decoded), as the ORM compared them.
+        return all((None if o[2] is None else json.loads(o[2])) == (None if n[3] is None else json.loads(n[3]))
+                   for o, n in zip(old, new))
+
+    def write(self, s: Session, version: int) -> None:
+        conn = s.connection()
+        if self.outcomes:
+            conn.execute(sa.insert(ParseOutcome), self.outcomes)
+        for i in range(0, len(self.superseded), 500):
+            conn.execute(sa.update(Answer).where(Answer.id.in_(self.superseded[i:i + 500])).values(superseded=True))
+        for i in range(0, len(self.bumped), 500):
+            conn.execute(sa.update(Answer).where(Answer.id.in_(self.bumped[i:i + 500])).values(parser_version=version))
+        if self.answers:
+            # add_answers' rows, with each hit's normalized name and raw JSON text made by the parse
+            # (in the parsing worker, when there is one).
+            table = Answer.__table__
+            ids = conn.execute(sa.insert(table).returning(table.c.id, sort_by_parameter_order=True),
+                               [a for a, _ in self.answers]).scalars().all()
+            write_hit_rows(conn, [(aid, *h, None, None, None) for aid, (_, hits) in zip(ids, self.answers)
+                                  for h in hits])
+        # A failed lease freed by one exchange and answered by another of the batch goes either
+        # way: freeing first and deleting after leaves what the per-exchange order left.
+        for cid, epoch, shas in self.freed:
+            conn.execute(sa.update(WorkLease).where(
+                WorkLease.config_id == cid, WorkLease.epoch == epoch, WorkLease.query_sha256.in_(shas),
+                WorkLease.status == "failed").values(status="leased", leased_until=0.0, worker="", note=None))
+        for cid, epoch, shas in self.answered:
+            conn.execute(sa.delete(WorkLease).where(
+                WorkLease.config_id == cid, WorkLease.epoch == epoch, WorkLease.query_sha256.in_(shas)))
 
 
-def _reparse_exchange(s: Session, adapter, res: ConfigReparse, ex, touched: set[int], b: _Batch) -> None:
+def _parse(adapter, texts: list[str], status: int, headers, body: bytes | None) -> tuple[list | None, str | None, bool]:
+    """One exchange parsed: (answer lists, None, False), or (None, error, is the body an outage).
+
+    An answer list is (hits as (rank, name, normalized name, raw JSON text), items dropped,
+    first drop reason): plain values, cheap to send back from a worker process, and all the
+    per-hit work of writing is done where the parse runs.
+    """
+    try:
+        parsed = adapter.parse(texts, status, headers or {}, body or b"")
+        if len(parsed) != len(texts):
+            raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
+    except EngineOutage as exc:
+        return None, f"outage: {exc}", True
+    except (EngineParseError, EngineHTTPError) as exc:
+        return None, str(exc), False
+    return [([(h.rank, h.name, normalize_name(h.name), encode_raw(h.raw)) for h in hits],
+             int(getattr(hits, "dropped", 0) or 0), getattr(hits, "drop_reason", None)) for hits in parsed], None, False
+
+
+def _parse_all(adapter, items: list[tuple]) -> list[tuple[list | None, str | None, bool]]:
+    """:func:`_parse` of every (texts, status, headers, body) of a batch (in a worker process or here)."""
+    with paused_gc():
+        return [_parse(adapter, *item) for item in items]
+
+
+WORKER_MIN = 2000  # exchanges to re-parse before a parsing worker process is worth its start-up (~1 s)
+
+
+def spare_core() -> bool:
+    """A second core to parse on: two or more, and the load leaves one free. On a busy machine
+    the worker only adds its start-up and the pickling of bodies and hits (import's parse of
+    2,000 exchanges at load average 9-13: 12-16 s here, 20 s with the worker)."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return cores >= 2 and os.getloadavg()[0] <= cores - 1
+
+
+class _Parser:
+    """Parses batches in one spawned worker process while this one writes the previous batch
+    (two cores instead of one), or here when there is little to do, the adapter cannot be sent
+    to a process, or the worker died: whatever goes wrong over there, the batch is parsed again
+    here, so a result (or an error) is always the one this process's parse gives."""
+
+    def __init__(self, adapter, worker: bool) -> None:
+        self.adapter = adapter
+        self.pool = None
+        if worker:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+    def submit(self, rows) -> Callable[[], list]:
+        items = [(list(r.query_texts), r.status_code, r.response_headers, r.response_body) for r in rows]
+        if self.pool is None:
+            return lambda: _parse_all(self.adapter, items)
+        try:
+            future = self.pool.submit(_parse_all, self.adapter, items)
+        except Exception:  # noqa: BLE001 - a broken pool: parse here
+            self.close()
+            return lambda: _parse_all(self.adapter, items)
+
+        def result() -> list:
+            try:
+                return future.result()
+            except Exception:  # noqa: BLE001 - the worker died or could not take the adapter: parse here
+                self.close()
+                return _parse_all(self.adapter, items)
+        return result
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+
+def _reparse_exchange(adapter, res: ConfigReparse, ex, touched: set[int], b: _Batch,
+                      result: tuple[list | None, str | None, bool]) -> None:
+    """Decide what re-parsing ``ex`` changes (``result``: its :func:`_parse`); ``b`` collects the writes."""
     version = adapter.parser_version
     prev_ok = b.prev_ok.get(ex.id)
     texts = list(ex.query_texts)
-    outage = False
-    try:
-        parsed = adapter.parse(texts, ex.status_code, ex.response_headers or {}, ex.response_body or b"")
-        if len(parsed) != len(texts):
-            raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
-        error = None
-    except EngineOutage as exc:
-        parsed, error, outage = None, f"outage: {exc}", True
-    except (EngineParseError, EngineHTTPError) as exc:
-        parsed, error = None, str(exc)
+    parsed, error, outage = result
     res.exchanges += 1
     shas = b.shas[ex.id]
     if parsed is None:
-        s.add(ParseOutcome(exchange_id=ex.id, parser_version=version, ok=False, error=error))
+        b.outcomes.append(dict(exchange_id=ex.id, parser_version=version, ok=False, error=error,
+                               dropped_items=0, drop_reason=None))
         if prev_ok:
             res.newly_failed += 1
         mine = {sha: a for sha in shas if (a := b.current.get((ex.epoch, sha))) is not None and a.exchange_id == ex.id}
         if mine:
-            s.execute(sa.update(Answer).where(Answer.id.in_([a.id for a in mine.values()])).values(superseded=True))
+            b.superseded.extend(a.id for a in mine.values())
             for sha in mine:
                 del b.current[(ex.epoch, sha)]
             res.unanswered += len(mine)
@@ -145,64 +284,75 @@ def _reparse_exchange(s: Session, adapter, res: ConfigReparse, ex, touched: set[
         if outage:
             # A body once read as the engine refusing the text is now known to be an outage:
             # the text was never refused, so it is due again.
-            s.execute(sa.update(WorkLease).where(
-                WorkLease.config_id == ex.config_id, WorkLease.epoch == ex.epoch, WorkLease.query_sha256.in_(shas),
-                WorkLease.status == "failed").values(status="leased", leased_until=0.0, worker="", note=None))
+            b.freed.append((ex.config_id, ex.epoch, shas))
         return
-    drops = [int(getattr(h, "dropped", 0) or 0) for h in parsed]
-    reason = next((getattr(h, "drop_reason", None) for h in parsed if getattr(h, "drop_reason", None)), None)
-    s.add(ParseOutcome(exchange_id=ex.id, parser_version=version, ok=True, error=None,
-                       dropped_items=sum(drops), drop_reason=reason))
+    drops = [dropped for _, dropped, _ in parsed]
+    reason = next((why for _, _, why in parsed if why), None)
+    b.outcomes.append(dict(exchange_id=ex.id, parser_version=version, ok=True, error=None,
+                           dropped_items=sum(drops), drop_reason=reason))
     res.dropped += sum(drops)
     if not prev_ok:
         res.newly_parsed += 1
     done: set[str] = set()
     answered: list[str] = []
-    for text, sha, hits, dropped in zip(texts, shas, parsed, drops):
+    for text, sha, (hits, _, _), dropped in zip(texts, shas, parsed, drops):
         if sha in done:
             continue  # the same text twice in one batch: one answer
         done.add(sha)
-        new = [(h.rank, h.name, h.raw) for h in hits]
+        new = hits
         cur = b.current.get((ex.epoch, sha))
         fetched_at = ex.finished_at or ex.sent_at
         if cur is not None:
             if cur.exchange_id != ex.id:
                 continue  # answered from another exchange: fetch once, the first answer stays
             old = b.hits.get(cur.id, [])
-            if old == new and cur.dropped_items == dropped:
-                cur.parser_version = version
+            names = _Batch.same_names(old, new)
+            if names and cur.dropped_items == dropped and _Batch.same_raws(old, new):
+                b.bumped.append(cur.id)
                 continue
-            if [(r, n) for r, n, _ in old] != [(r, n) for r, n, _ in new]:
+            if not names:
                 res.changed += 1
             fetched_at = cur.fetched_at
-            s.execute(sa.update(Answer).where(Answer.id == cur.id).values(superseded=True))
+            b.superseded.append(cur.id)
         else:
             res.answered += 1
             answered.append(sha)
-        answer = add_answer(
-            s, config_id=ex.config_id, query_text=text, query_sha256=sha,
-            hits=[HitRow(rank=r, name=n, raw=raw) for r, n, raw in new], epoch=ex.epoch, exchange_id=ex.id,
-            parser_version=version, latency_ms=cur.latency_ms if cur is not None else ex.elapsed_ms,
+        # fetched_at: when the bytes were fetched, not when they were re-read (drift studies use it).
+        b.answers.append((dict(
+            config_id=ex.config_id, query_text=text, query_sha256=sha, epoch=ex.epoch, exchange_id=ex.id,
+            parser_version=version, fetched_at=fetched_at, n_returned=len(new),
+            latency_ms=cur.latency_ms if cur is not None else ex.elapsed_ms, meta=None, superseded=False,
             dropped_items=dropped,
-        )
-        # When the bytes were fetched, not when they were re-read (drift studies use it).
-        answer.fetched_at = fetched_at
-        b.current[(ex.epoch, sha)] = answer
-        b.hits[answer.id] = new
+        ), new))
+        b.current[(ex.epoch, sha)] = _Cur(None, ex.id, dropped, fetched_at, None)  # written with the batch
         touched.add(ex.epoch)
     if answered:
-        s.execute(sa.delete(WorkLease).where(
-            WorkLease.config_id == ex.config_id, WorkLease.epoch == ex.epoch, WorkLease.query_sha256.in_(answered)))
+        b.answered.append((ex.config_id, ex.epoch, answered))
 
 
-def _pending_ids(db, config_id: int, version: int) -> list[int]:
+def _pending_ids(db, config_id: int, version: int) -> list[tuple[int, int]]:
+    """(id, body length) of every exchange left to re-parse, in id order."""
     done = sa.exists().where(ParseOutcome.exchange_id == Exchange.id, ParseOutcome.parser_version == version)
     with db.session() as s:
-        return list(s.execute(
-            sa.select(Exchange.id).where(
+        return [tuple(r) for r in s.execute(
+            sa.select(Exchange.id, sa.func.length(Exchange.response_body)).where(
                 Exchange.config_id == config_id, Exchange.status_code >= 200, Exchange.status_code < 300,
                 Exchange.response_body.is_not(None), ~done)
-            .order_by(Exchange.id)).scalars())
+            .order_by(Exchange.id))]
+
+
+def _batches(pending: list[tuple[int, int]], batch: int, max_bytes: int) -> Iterator[list[int]]:
+    """Ids in batches of at most ``batch`` exchanges and ``max_bytes`` of bodies (at least one each)."""
+    ids: list[int] = []
+    size = 0
+    for ex_id, length in pending:
+        if ids and (len(ids) >= batch or size + (length or 0) > max_bytes):
+            yield ids
+            ids, size = [], 0
+        ids.append(ex_id)
+        size += length or 0
+    if ids:
+        yield ids
 
 
 def reparse(
@@ -224,6 +374,8 @@ def reparse(
             q = q.where(EngineConfig.engine.in_(wanted))
         configs = list(s.execute(q).scalars())
         s.expunge_all()
+    if configs:
+        db.refresh_statistics("exchanges", "parse_outcomes", "answers", "hits")
     dry = db.session() if dry_run else None  # one transaction for everything, rolled back
     try:
         for cfg in configs:
@@ -234,35 +386,56 @@ def reparse(
                 continue
             res = ConfigReparse(cfg.engine, cfg.label, cfg.id, adapter.parser_version)
             summary.results.append(res)
-            ids = _pending_ids(db, cfg.id, adapter.parser_version)
-            for i in range(0, len(ids), batch):
-                s = dry if dry is not None else db.session()
+            pending = _pending_ids(db, cfg.id, adapter.parser_version)
+            batches = list(_batches(pending, batch, BATCH_BYTES))
+            parser = _Parser(adapter, worker=len(pending) >= WORKER_MIN and spare_core())
+
+            def read(ids: list[int]):
+                """The batch's exchanges, and its parse started (in the worker while this one writes)."""
+                r = dry if dry is not None else db.session()
                 try:
-                    touched: set[int] = set()
-                    exchanges = list(s.execute(sa.select(Exchange).where(Exchange.id.in_(ids[i:i + batch]))
-                                               .order_by(Exchange.id)).scalars())
-                    loaded = _Batch(s, cfg.id, exchanges)
-                    for ex in exchanges:
-                        _reparse_exchange(s, adapter, res, ex, touched, loaded)
-                    for epoch in touched:
-                        # Stored positions of this system are stale now: the scorer rebuilds them.
-                        s.execute(sa.delete(Position).where(Position.config_id == cfg.id, Position.epoch == epoch))
-                    s.flush()
-                    if dry is None:
-                        s.commit()
-                    else:
-                        s.expunge_all()
-                except IntegrityError:
-                    s.rollback()
-                    raise UserError(
-                        f"reparse: answers of {cfg.label!r} were written meanwhile (a crawl is running?); "
-                        "nothing of this batch was written: run `engines reparse` again when the crawl is done"
-                    ) from None
+                    rows = r.execute(sa.select(*_COLUMNS).where(Exchange.id.in_(ids)).order_by(Exchange.id)).all()
                 finally:
                     if dry is None:
-                        s.close()
-                if on_batch is not None:
-                    on_batch(res)
+                        r.close()
+                return rows, parser.submit(rows)
+
+            try:
+                ahead = read(batches[0]) if batches else None
+                for k in range(len(batches)):
+                    exchanges, parsed = ahead
+                    ahead = read(batches[k + 1]) if k + 1 < len(batches) else None
+                    s = dry if dry is not None else db.session()
+                    try:
+                        touched: set[int] = set()
+                        results = parsed()
+                        with paused_gc():
+                            loaded = _Batch(s, cfg.id, exchanges)
+                            for ex, result in zip(exchanges, results):
+                                _reparse_exchange(adapter, res, ex, touched, loaded, result)
+                            loaded.write(s, adapter.parser_version)
+                            for epoch in touched:
+                                # Stored positions of this system are stale now: the scorer rebuilds them.
+                                s.execute(sa.delete(Position).where(Position.config_id == cfg.id,
+                                                                    Position.epoch == epoch))
+                            s.flush()
+                        if dry is None:
+                            s.commit()
+                        else:
+                            s.expunge_all()
+                    except IntegrityError:
+                        s.rollback()
+                        raise UserError(
+                            f"reparse: answers of {cfg.label!r} were written meanwhile (a crawl is running?); "
+                            "nothing of this batch was written: run `engines reparse` again when the crawl is done"
+                        ) from None
+                    finally:
+                        if dry is None:
+                            s.close()
+                    if on_batch is not None:
+                        on_batch(res)
+            finally:
+                parser.close()
     finally:
         if dry is not None:
             dry.rollback()

@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
-from crawler.fetch import EngineBroken, Fetcher, RetryPolicy, write_answers
+from crawler.fetch import EngineBroken, Fetcher, RetryPolicy, write_answers_in, write_parse_failure
 from crawler.writer import Writer
 from crawler.pacing import DbLedger, DeadlineReached, Pacer, SystemClock
 from crawler.plan import Counts, WorkQueue, benchmark_texts, current_epoch
@@ -481,37 +481,43 @@ def check_secrets_over_tls(adapter) -> None:
 
 
 def recover_unparsed(db, eng: _Engine, *, min_age: float) -> int:
-    """Answers from archived 2xx exchanges that a killed run never parsed (no network needed)."""
-    cutoff = utcnow().timestamp() - min_age
-    with db.session() as s:
-        rows = s.execute(
-            sa.select(Exchange.id, Exchange.query_texts, Exchange.status_code, Exchange.response_headers,
-                      Exchange.response_body, Exchange.elapsed_ms, Exchange.finished_at)
-            .where(Exchange.config_id == eng.config_id, Exchange.epoch == eng.epoch,
-                   Exchange.status_code >= 200, Exchange.status_code < 300,
-                   ~sa.exists().where(ParseOutcome.exchange_id == Exchange.id))
-            .order_by(Exchange.id)
-        ).all()
-    from store.benchmarks import query_sha256
+    """Answers from archived 2xx exchanges that a killed run never parsed (no network needed).
 
+    In batches of 500 exchanges, each parsed and written in one transaction with the
+    garbage collector paused (one transaction per exchange made recovering 10,000 bodies
+    take 15 s); a body outside ``min_age`` may be another worker's being parsed right now.
+    """
+    from store.benchmarks import query_sha256
+    from store.writes import paused_gc
+
+    cutoff = utcnow().timestamp() - min_age
+    unparsed = (Exchange.config_id == eng.config_id, Exchange.epoch == eng.epoch,
+                Exchange.status_code >= 200, Exchange.status_code < 300,
+                ~sa.exists().where(ParseOutcome.exchange_id == Exchange.id))
+    with db.session() as s:
+        ids = list(s.execute(sa.select(Exchange.id).where(*unparsed).order_by(Exchange.id)).scalars())
     recovered = 0
-    for ex_id, texts, status, headers, body, elapsed, finished in rows:
-        if finished is not None and finished.timestamp() > cutoff:
-            continue  # possibly another worker's exchange being parsed right now
-        try:
-            parsed = eng.adapter.parse(list(texts), status, headers or {}, body or b"")
-            if len(parsed) != len(texts):
-                raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
-        except (EngineParseError, EngineHTTPError, EngineOutage) as exc:
-            # An outage body answers nothing: its texts stay due and the crawl sends them again.
-            error = f"outage: {exc}" if isinstance(exc, EngineOutage) else str(exc)
-            with db.session() as s, s.begin():
-                s.add(ParseOutcome(exchange_id=ex_id, parser_version=eng.adapter.parser_version, ok=False,
-                                   error=error))
-            continue
-        items = [(query_sha256(t), t) for t in texts]
-        recovered += len(write_answers(db, eng.adapter.parser_version, eng.config_id, eng.epoch, ex_id, items,
-                                       parsed, elapsed))
+    for i in range(0, len(ids), 500):
+        with db.engine.begin() as conn, paused_gc():
+            rows = conn.execute(
+                sa.select(Exchange.id, Exchange.query_texts, Exchange.status_code, Exchange.response_headers,
+                          Exchange.response_body, Exchange.elapsed_ms, Exchange.finished_at)
+                .where(Exchange.id.in_(ids[i:i + 500]), *unparsed).order_by(Exchange.id)).all()
+            for ex_id, texts, status, headers, body, elapsed, finished in rows:
+                if finished is not None and finished.timestamp() > cutoff:
+                    continue  # possibly another worker's exchange being parsed right now
+                try:
+                    parsed = eng.adapter.parse(list(texts), status, headers or {}, body or b"")
+                    if len(parsed) != len(texts):
+                        raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
+                except (EngineParseError, EngineHTTPError, EngineOutage) as exc:
+                    # An outage body answers nothing: its texts stay due and the crawl sends them again.
+                    error = f"outage: {exc}" if isinstance(exc, EngineOutage) else str(exc)
+                    write_parse_failure(conn, ex_id, eng.adapter.parser_version, error)
+                    continue
+                items = [(query_sha256(t), t) for t in texts]
+                recovered += len(write_answers_in(conn, eng.adapter.parser_version, eng.config_id, eng.epoch, ex_id,
+                                                  items, parsed, elapsed))
     return recovered
 
 

@@ -215,6 +215,13 @@ def _snippet(body: bytes, n: int = 160) -> str:
     return text.replace("\n", " ") + ("..." if len(body) > n else "")
 
 
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - a dependency; json.loads alone is only slower
+    _orjson = None
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+
+
 def decode_json_body(engine: str, status_code: int, headers: Mapping[str, str], body: bytes) -> Any:
     """JSON of a response body, or :class:`EngineParseError` (HTML page, empty, truncated, not UTF-8).
 
@@ -232,6 +239,14 @@ def decode_json_body(engine: str, status_code: int, headers: Mapping[str, str], 
         raise EngineParseError(f"{engine}: HTML page instead of JSON (status {status_code}): {_snippet(body)}")
     if not body.strip():
         raise EngineParseError(f"{engine}: empty body (status {status_code})")
+    if _orjson is not None and body.translate(_DIGITS).find(b"0" * 19) < 0:
+        # orjson is 2-3x faster and gives what json.loads gives, except for integers beyond
+        # 64 bits and floats with more digits than a double holds (19+ digits in a row),
+        # and bodies it refuses (NaN, surrogates, 1e400...): those take the json.loads path.
+        try:
+            return _orjson.loads(body)
+        except _orjson.JSONDecodeError:
+            pass
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:

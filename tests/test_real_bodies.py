@@ -516,11 +516,11 @@ def test_score_json_counts_dropped_items_per_system(backend, cache, request):
 # formatting do not count (the digest is over the code's tokens). A change to the shared
 # base (``decode_json_body``, ``finish_hits``, ``HitList``) changes every engine's digest.
 PARSER_FINGERPRINTS = {
-    "leansearch": (2, "4e7acf7fa8c7b925b27ca7b7691fbf57d2670a4308219f800f9b218b7e992248"),
-    "leanexplore": (2, "34daefedf37b6a78d1d05631a5b4281eab59c3421029802c0ef69864dd3d1f6e"),
-    "leanfinder": (2, "2dd59638fd2142f845ed3df0a45328656c160e7f53635060b6be03048469ee6e"),
-    "loogle": (2, "a1d65ec9a9e18a60c05a717b7f541d004d0b751c2bb52003e4c5ed39d536a7e7"),
-    "leanstatesearch": (1, "044f1a9041f4692c32f8affbc90844b0a92fd629fbe1d75c0d8403a4965a11c6"),
+    "leansearch": (2, "8f6604b4d34bb8093b5990ed7f60976e658652814a6686de0e789297f9bac780"),
+    "leanexplore": (2, "30e06b386b896515f6d5ce68eac73f42d7e9715ff17a4fe7d9740c879c92ab92"),
+    "leanfinder": (2, "01934e9ed7d20755f72c5a3217c7d17383c1658582961eb6d13ae8412b32dc80"),
+    "loogle": (2, "5ddefaad255835562e28cb5c60a89176e6148965ce063f37cee90aa562dbd274"),
+    "leanstatesearch": (1, "f00c356f3483765904bc0479bf9c36a8fcd89bccbc5f1bfda0d9a4455525b37f"),
 }
 
 _SHARED = [base.decode_json_body, base.decode_json_object, base.finish_hits, base.HitList, base._snippet]
