@@ -681,7 +681,7 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
                 if not _url_belongs(*config_meta[cid], req.uri):
                     engine, params = config_meta[cid]
                     raise BadBundle(f"{label}: {req.name()} is filed under configuration {h[:12]} ({engine}) but "
-                                    f"targets {urlsplit(req.uri).netloc or req.uri!r}, not that configuration's "
+                                    f"targets {urlsplit(req.uri).netloc or repr(req.uri)[:80]}, not that configuration's "
                                     f"host ({_expected_host(engine, params)}); nothing was imported")
                 epoch, attempt, texts, elapsed, finished = _our_fields(req, label)
                 ours = True
@@ -867,6 +867,12 @@ def parse_imported(db, summary: ImportSummary, *, into=None, adapters: dict[int,
                         # As the crawler records them; an outage body (Loogle "Restarting") too.
                         error = f"outage: {exc}" if isinstance(exc, EngineOutage) else str(exc)
                         write_parse_failure(conn, ex_id, adapter.parser_version, error)
+                        summary.parse_failures += 1
+                        continue
+                    except (RecursionError, MemoryError, ValueError, TypeError, LookupError, AttributeError) as exc:
+                        # A body the parser chokes on (nested 200,000 deep, ...): a failed parse, not a crash.
+                        write_parse_failure(conn, ex_id, adapter.parser_version,
+                                            f"parser error: {type(exc).__name__}: {str(exc)[:200]}")
                         summary.parse_failures += 1
                         continue
                     items = [(query_sha256(t), t) for t in texts]
