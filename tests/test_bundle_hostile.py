@@ -124,8 +124,10 @@ def _refused(url: str, path: Path, *words: str) -> str:
 
 def _import_in_child(url: str, path: Path) -> tuple[int, list[str], int]:
     """``engines import`` in its own process: exit code, stderr lines, peak RSS in bytes."""
-    code = ("import atexit, resource, sys\n"
-            "atexit.register(lambda: sys.stderr.write('MAXRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+    # VmHWM, not getrusage's ru_maxrss: that one keeps the peak of the forked test process.
+    code = ("import atexit, re, sys\n"
+            "hwm = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+            "atexit.register(lambda: sys.stderr.write('MAXRSS %d\\n' % hwm()))\n"
             "from engines.cli import app\n"
             f"sys.argv = ['engines', '--db', {url!r}, 'import', {str(path)!r}]\n"
             "app()\n")
