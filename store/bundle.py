@@ -341,7 +341,7 @@ def _bounded_iterator(fh, cap: int):
         def _process_read(self, data):
             super()._process_read(data)
             if self.num_read > cap:
-                raise _TooLarge(f"more than {cap:,} bytes once decompressed")
+                raise _TooLarge(f"more than {cap:,} bytes")
 
     it = ArchiveIterator(fh, check_digests=True)
     it.reader = Counting(it.fh, block_size=it.reader.block_size)
@@ -358,7 +358,7 @@ def _read_capped(stream, cap: int) -> bytes:
         parts.append(chunk)
         n += len(chunk)
         if n > cap:
-            raise _TooLarge(f"a body of more than {cap:,} bytes once decompressed")
+            raise _TooLarge(f"a body of more than {cap:,} bytes")
 
 
 def _records(fh, label: str, size: int = 0) -> Iterator[_Rec]:
@@ -397,7 +397,7 @@ def _records(fh, label: str, size: int = 0) -> Iterator[_Rec]:
                 pass
             decoded += len(body)
             if decoded > cap:
-                raise _TooLarge(f"more than {cap:,} bytes once decompressed")
+                raise _TooLarge(f"more than {cap:,} bytes")
         except _TooLarge as exc:
             raise _bomb(label, here, exc) from None
         except Exception as exc:  # noqa: BLE001
