@@ -195,8 +195,14 @@ def _parse(adapter, texts: list[str], status: int, headers, body: bytes | None) 
         return None, f"outage: {exc}", True
     except (EngineParseError, EngineHTTPError) as exc:
         return None, str(exc), False
-    return [([(h.rank, h.name, normalize_name(h.name), encode_raw(h.raw)) for h in hits],
-             int(getattr(hits, "dropped", 0) or 0), getattr(hits, "drop_reason", None)) for hits in parsed], None, False
+    except (RecursionError, MemoryError, ValueError, TypeError, LookupError, AttributeError) as exc:
+        # A body the parser chokes on (nested 200,000 deep, ...): a failed parse, not a crash.
+        return None, f"parser error: {type(exc).__name__}: {str(exc)[:200]}", False
+    try:
+        return [([(h.rank, h.name, normalize_name(h.name), encode_raw(h.raw)) for h in hits],
+                 int(getattr(hits, "dropped", 0) or 0), getattr(hits, "drop_reason", None)) for hits in parsed], None, False
+    except (RecursionError, MemoryError, ValueError, TypeError, LookupError, AttributeError) as exc:
+        return None, f"parser error: {type(exc).__name__}: {str(exc)[:200]}", False
 
 
 def _parse_all(adapter, items: list[tuple]) -> list[tuple[list | None, str | None, bool]]:

@@ -122,9 +122,14 @@ class Writer:
             finally:
                 if checkpointer is not None:
                     checkpointer.stop()
-                    conn.exec_driver_sql("PRAGMA wal_autocheckpoint=1000")  # the pooled connection as it was
-                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    conn.commit()
+                    try:
+                        conn.exec_driver_sql("PRAGMA wal_autocheckpoint=1000")  # the pooled connection as it was
+                        conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                        conn.commit()
+                    except sa.exc.DBAPIError:
+                        # A full disk (or a vanished file): the writes' own errors, handed to their
+                        # callers, say what happened; the next start checkpoints what is left.
+                        conn.invalidate()
 
     def _serve(self, conn: sa.Connection) -> None:
         stop = False

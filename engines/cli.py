@@ -50,6 +50,11 @@ def _one_line(text: str) -> str:
 
 
 def _unexpected(exc: BaseException) -> str:
+    from store.db import machine_error  # a full disk, a corrupt or read-only database: not a bug
+
+    known = machine_error(exc)
+    if known is not None:
+        return f"error: {_one_line(known.message)}"
     return (f"error: unexpected {type(exc).__name__}: {_one_line(exc)[:300]} "
             f"(a bug; set {DEBUG_ENV}=1 for the traceback and please report it)")
 

@@ -67,6 +67,15 @@ H_FINISHED = "WARC-Engines-Finished-At"
 ORIG = "X-Archive-Orig-"
 _MOVED = ("content-length", "content-encoding", "transfer-encoding")
 _BATCH = 500
+# Bounds on what an import decompresses (a 9 KB gzip bomb must not become gigabytes): one
+# record's body at most MAX_RECORD_BYTES once decoded (twice the crawler's default
+# --max-body, far above any real answer); the whole bundle at most MAX_TOTAL_RATIO times its
+# file size, and never less than MIN_TOTAL_BYTES; bodies held in memory at once (a batch of
+# rows, records waiting for their partner) at most MAX_HELD_BYTES.
+MAX_RECORD_BYTES = 32 * 2**20
+MAX_TOTAL_RATIO = 100
+MIN_TOTAL_BYTES = 256 * 2**20
+MAX_HELD_BYTES = 64 * 2**20
 
 
 def _warc_date(t: dt.datetime) -> str:
@@ -314,18 +323,59 @@ class _Rec:
         return f"record {self.index} ({self.type} {self.rid} {self.uri})"
 
 
-def _records(fh, label: str) -> Iterator[_Rec]:
-    """Every record, fully read and digest-verified; BadBundle names the first bad one."""
-    from warcio.archiveiterator import ArchiveIterator
+class _TooLarge(Exception):
+    pass
 
+
+def _total_cap(size: int) -> int:
+    return max(MIN_TOTAL_BYTES, MAX_TOTAL_RATIO * size)
+
+
+def _bounded_iterator(fh, cap: int):
+    """warcio's ArchiveIterator whose gzip reader stops (``_TooLarge``) after ``cap``
+    decompressed bytes, headers and padding included."""
+    from warcio.archiveiterator import ArchiveIterator
+    from warcio.bufferedreaders import DecompressingBufferedReader
+
+    class Counting(DecompressingBufferedReader):
+        def _process_read(self, data):
+            super()._process_read(data)
+            if self.num_read > cap:
+                raise _TooLarge(f"more than {cap:,} bytes")
+
+    it = ArchiveIterator(fh, check_digests=True)
+    it.reader = Counting(it.fh, block_size=it.reader.block_size)
+    return it
+
+
+def _read_capped(stream, cap: int) -> bytes:
+    """All of ``stream``, or ``_TooLarge`` as soon as it passes ``cap`` bytes."""
+    parts, n = [], 0
+    while True:
+        chunk = stream.read(min(1 << 20, cap + 1 - n))
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        n += len(chunk)
+        if n > cap:
+            raise _TooLarge(f"a body of more than {cap:,} bytes")
+
+
+def _records(fh, label: str, size: int = 0) -> Iterator[_Rec]:
+    """Every record, fully read and digest-verified; BadBundle names the first bad one."""
     index = 0
     last = "the start of the file"
-    it = ArchiveIterator(fh, check_digests=True)
+    cap = _total_cap(size)
+    it = _bounded_iterator(fh, cap)
+    seen: set[str] = set()
+    decoded = 0
     while True:
         try:
             record = next(it)
         except StopIteration:
             return
+        except _TooLarge as exc:
+            raise _bomb(label, f"record {index + 1} (after {last})", exc) from None
         except Exception as exc:  # noqa: BLE001 - any decoding failure is a bad bundle
             raise BadBundle(f"{label}: record {index + 1} (after {last}) is truncated or corrupt "
                             f"({type(exc).__name__}: {str(exc)[:120]}); nothing was imported") from None
@@ -335,10 +385,21 @@ def _records(fh, label: str) -> Iterator[_Rec]:
         rtype = h.get_header("WARC-Type") or "?"
         uri = h.get_header("WARC-Target-URI") or ""
         here = f"record {index} ({rtype} {rid} {uri})".replace("  ", " ")
+        if rid in seen and rtype != "warcinfo":
+            raise BadBundle(f"{label}: {here} repeats the WARC-Record-ID of an earlier record (record ids "
+                            "must be unique: it could pair a request with another's answer); nothing was imported")
+        seen.add(rid)
         try:
-            body = record.content_stream().read() if rtype in ("response", "request") else record.raw_stream.read()
+            body = _read_capped(record.content_stream() if rtype in ("response", "request") else record.raw_stream,
+                                MAX_RECORD_BYTES)
             # Drain what content_stream left (it stops at the decoded end) so the digests see every byte.
-            record.raw_stream.read()
+            while record.raw_stream.read(1 << 20):
+                pass
+            decoded += len(body)
+            if decoded > cap:
+                raise _TooLarge(f"more than {cap:,} bytes")
+        except _TooLarge as exc:
+            raise _bomb(label, here, exc) from None
         except Exception as exc:  # noqa: BLE001
             raise BadBundle(f"{label}: {here} is truncated or corrupt ({type(exc).__name__}: {str(exc)[:120]}); "
                             "nothing was imported") from None
@@ -357,6 +418,12 @@ def _records(fh, label: str) -> Iterator[_Rec]:
         last = here
 
 
+def _bomb(label: str, where: str, exc: _TooLarge) -> BadBundle:
+    return BadBundle(f"{label}: {where} decompresses to {exc} (limits: {MAX_RECORD_BYTES // 2**20} MiB per "
+                     f"record, {MAX_TOTAL_RATIO}x the file size in total); refused as a decompression bomb; "
+                     "nothing was imported")
+
+
 def _restore_headers(pairs: list[tuple[str, str]], ours: bool) -> dict[str, str]:
     out: dict[str, str] = {}
     if ours:
@@ -372,6 +439,107 @@ def _restore_headers(pairs: list[tuple[str, str]], ours: bool) -> dict[str, str]
                 continue  # the body was decoded by the reader
             out[k.lower()] = v
     return out
+
+
+def _int_in(value: Any, low: int, name: str) -> int:
+    """An integer column value in low..2**31-1 (a bigger one would fail the INSERT on PostgreSQL)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{name} {value!r} is not an integer")
+    n = int(value)
+    if not low <= n < 2**31:
+        raise ValueError(f"{name} {n} is out of range {low}..{2**31 - 1}")
+    return n
+
+
+def _our_fields(req: _Rec, label: str) -> tuple[int, int, list[str], float | None, dt.datetime | None]:
+    """Epoch, attempt, query texts, elapsed ms and finish time from our headers; BadBundle names
+    the record and the header when one of them is not what ``export`` writes."""
+    import math
+
+    name = ""
+    try:
+        name = H_EPOCH
+        epoch = _int_in(req.headers.get(H_EPOCH, "0"), 0, "epoch")
+        name = H_ATTEMPT
+        attempt = _int_in(req.headers.get(H_ATTEMPT, "1"), 1, "attempt")
+        name = H_TEXTS
+        texts = json.loads(req.headers.get(H_TEXTS, "[]"))
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise ValueError("not a JSON list of strings")
+        name = H_ELAPSED
+        elapsed = float(req.headers[H_ELAPSED]) if H_ELAPSED in req.headers else None
+        if elapsed is not None and not math.isfinite(elapsed):
+            raise ValueError("not a finite number")
+        name = H_FINISHED
+        finished = _parse_date(req.headers[H_FINISHED]) if H_FINISHED in req.headers else None
+    except (ValueError, TypeError) as exc:
+        raise BadBundle(f"{label}: {req.name()} has a bad {name} value {str(req.headers.get(name))[:60]!r} "
+                        f"({str(exc)[:80]}); nothing was imported") from None
+    return epoch, attempt, texts, elapsed, finished
+
+
+def _check_identity(c: Any, h: str, label: str) -> None:
+    """A configuration a bundle describes must be what its hash says: the hash recomputed from
+    its parameters, the engine and endpoint version those of the parameters, a known engine."""
+    from engines.base import config_hash
+    from engines.registry import ENGINES
+
+    params = c.get("params") if isinstance(c, dict) else None
+    if not isinstance(params, dict):
+        raise BadBundle(f"{label}: the warcinfo record describes configuration {h[:12]} without parameters; "
+                        "nothing was imported")
+    if config_hash(params) != h:
+        raise BadBundle(f"{label}: configuration {h[:12]} in the warcinfo record does not match its parameters "
+                        f"(they hash to {config_hash(params)[:12]}); the bundle was changed; nothing was imported")
+    engine = c.get("engine")
+    if engine not in ENGINES or params.get("engine") != engine or params.get("endpoint_version") != c.get(
+            "endpoint_version"):
+        raise BadBundle(f"{label}: configuration {h[:12]} in the warcinfo record names engine {engine!r} "
+                        f"(endpoint {c.get('endpoint_version')!r}) but its parameters say {params.get('engine')!r} "
+                        f"({params.get('endpoint_version')!r}), or the engine is unknown; nothing was imported")
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    try:
+        p = urlsplit(url)
+        port = p.port or {"http": 80, "https": 443}.get(p.scheme)
+    except ValueError:
+        return None
+    return (p.scheme, (p.hostname or "").lower(), port)
+
+
+def _expected_host(engine: str, params: dict[str, Any]) -> str:
+    from engines.registry import ENGINES
+
+    if "stand_in" in params:
+        return "a loopback address: a stand-in"
+    base = params.get("base_url") or getattr(ENGINES.get(engine), "DEFAULT_URL", "") or "?"
+    return urlsplit(base).netloc or base
+
+
+def _url_belongs(engine: str, params: dict[str, Any], url: str) -> bool:
+    """Whether an exchange's target URL is one its configuration sends to: the configuration's
+    base URL (or the engine's public one); a stand-in configuration, any loopback port."""
+    from engines.registry import ENGINES
+
+    got = _origin(url)
+    if got is None or got[0] not in ("http", "https"):
+        return False
+    if "stand_in" in params:
+        return _is_loopback(got[1])
+    base = params.get("base_url") or getattr(ENGINES.get(engine), "DEFAULT_URL", None)
+    return bool(base) and got == _origin(base)
 
 
 def _known_hosts() -> dict[str, str]:
@@ -427,9 +595,12 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
     hosts = _known_hosts()
     configs_by_hash: dict[str, int] = {}
     adapters: dict[int, Any] = {}  # config id -> its rebuilt adapter (checked before its exchanges are written)
+    config_meta: dict[int, tuple[str, dict[str, Any]]] = {}  # config id → (engine, params)
     info_configs: dict[str, dict[str, Any]] = {}
     info_epochs: list[dict[str, Any]] = []
     pending: dict[str, _Rec] = {}  # requests (or responses) waiting for their partner, by record id
+    by_uri: dict[tuple[str, bool], list[str]] = {}  # (URI, is a request) → pending record ids, in order
+    held = [0, 0]  # body bytes in `rows`, in `pending`
     rows: list[dict[str, Any]] = []
 
     with db.session() as s, s.begin(), open(path, "rb") as fh:
@@ -451,17 +622,22 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
             if c is None:
                 raise BadBundle(f"{label}: {rec.name()} names configuration {h[:12]} that the warcinfo record "
                                 "does not describe; nothing was imported")
+            if stored is None:
+                _check_identity(c, h, label)
             try:
                 adapter = adapter_for_config(c["engine"], c.get("params"))
             except UserError as exc:
                 raise BadBundle(f"{label}: configuration {h[:12]} ({c.get('label') or c['engine']}) cannot be "
                                 f"parsed by this version: {exc.message}; nothing was imported") from None
+            if found is not None:
+                config_meta[found] = (stored.engine, dict(stored.params or {}))
             if found is None:
                 cfg = ensure_config(s, engine=c["engine"], endpoint_version=c["endpoint_version"], params=c["params"],
                                     config_hash=h, label=c.get("label"), result_cap=c.get("result_cap"),
                                     licence=c.get("licence"))
                 s.flush()
                 found = cfg.id
+                config_meta[found] = (c["engine"], dict(c["params"]))
                 summary.configs_added += 1
             configs_by_hash[h] = found
             adapters[found] = adapter
@@ -494,6 +670,7 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
                 s.execute(sa.insert(Exchange), new)
                 summary.added += len(new)
             rows.clear()
+            held[0] = 0
 
         def exchange(req: _Rec, second: _Rec) -> None:
             h = req.headers.get(H_CONFIG)
@@ -501,18 +678,23 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
             body = req.body or None
             if h:
                 cid = config_id_for(h, req)
-                epoch = int(req.headers.get(H_EPOCH, "0"))
-                attempt = int(req.headers.get(H_ATTEMPT, "1"))
-                texts = json.loads(req.headers.get(H_TEXTS, "[]"))
-                elapsed = float(req.headers[H_ELAPSED]) if H_ELAPSED in req.headers else None
-                finished = _parse_date(req.headers[H_FINISHED]) if H_FINISHED in req.headers else None
+                if not _url_belongs(*config_meta[cid], req.uri):
+                    engine, params = config_meta[cid]
+                    raise BadBundle(f"{label}: {req.name()} is filed under configuration {h[:12]} ({engine}) but "
+                                    f"targets {urlsplit(req.uri).netloc or repr(req.uri)[:80]}, not that configuration's "
+                                    f"host ({_expected_host(engine, params)}); nothing was imported")
+                epoch, attempt, texts, elapsed, finished = _our_fields(req, label)
                 ours = True
             else:
                 engine = hosts.get(urlsplit(req.uri).netloc)
                 if engine is None:
                     summary.unpaired += 1  # not an engine exchange: ignored
                     return
-                adapter, texts = _foreign_identity(engine, method, req.uri, req.body)
+                try:
+                    adapter, texts = _foreign_identity(engine, method, req.uri, req.body)
+                except (ValueError, TypeError, AttributeError, UserError) as exc:
+                    raise BadBundle(f"{label}: {req.name()}: its request cannot be read as a {engine} query "
+                                    f"({str(exc)[:160]}); nothing was imported") from None
                 if not texts:
                     summary.unpaired += 1
                     return
@@ -532,12 +714,17 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
                 attempt, elapsed, finished, ours = 1, None, None, False
                 summary.foreign += 1
             summary.configs.add(cid)
+            try:
+                sent_at = _parse_date(req.date)
+            except (ValueError, TypeError):
+                raise BadBundle(f"{label}: {req.name()} has a bad WARC-Date {req.date[:40]!r} (want an ISO 8601 "
+                                "time); nothing was imported") from None
             row: dict[str, Any] = {
                 "crawl_id": crawl_id, "config_id": cid, "attempt": attempt, "epoch": epoch, "query_texts": texts,
                 "request_fingerprint": fingerprint(method, req.uri, body), "method": method, "url": req.uri,
                 "request_headers": ({k: v for k, v in req.http_headers} if ours
                                     else {k.lower(): v for k, v in req.http_headers}),
-                "request_body": body, "sent_at": _parse_date(req.date), "finished_at": finished,
+                "request_body": body, "sent_at": sent_at, "finished_at": finished,
                 "elapsed_ms": elapsed, "status_code": None, "response_headers": None, "response_body": None,
                 "transport_error": None,
             }
@@ -556,39 +743,58 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
                 row["response_body"] = second.body
             rows.append(row)
             summary.exchanges_read += 1
-            if len(rows) >= _BATCH:
+            held[0] += len(row["response_body"] or b"") + len(body or b"")
+            if len(rows) >= _BATCH or held[0] > MAX_HELD_BYTES:
                 flush()
                 if progress is not None:
                     progress(summary.exchanges_read)
 
         epoch_of_foreign: dict[int, int] = {}
-        for rec in _records(fh, label):
+        for rec in _records(fh, label, path.stat().st_size):
             summary.records += 1
             if rec.type == "warcinfo":
                 for line in rec.body.decode("utf-8", "replace").splitlines():
                     key, _, value = line.partition(":")
-                    if key == "config":
+                    if key not in ("config", "epoch"):
+                        continue
+                    try:
                         c = json.loads(value)
-                        info_configs[c["config_hash"]] = c
-                    elif key == "epoch":
-                        info_epochs.append(json.loads(value))
+                        if key == "config":
+                            info_configs[str(c["config_hash"])] = c
+                        else:
+                            _int_in(c["epoch"], 0, "epoch")
+                            c["started_at"] and _parse_date(c["started_at"])
+                            info_epochs.append(c)
+                    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                        raise BadBundle(f"{label}: {rec.name()} has a bad {key!r} line ({type(exc).__name__}: "
+                                        f"{str(exc)[:120]}): {value.strip()[:80]!r}; nothing was imported") from None
                 continue
             if rec.type not in ("request", "response", "metadata"):
                 continue
             partner_id = rec.headers.get("WARC-Concurrent-To")
             partner = pending.pop(partner_id, None) if partner_id else None
             if partner is None:
-                # Tools without WARC-Concurrent-To: pair a response with the last request to the same URI.
+                # Tools without WARC-Concurrent-To: pair a response with the last request to the same URI
+                # (an index by URI and side, so pairing stays linear in the records).
                 if not partner_id:
-                    for k, p in reversed(list(pending.items())):
-                        if p.uri == rec.uri and {p.type, rec.type} in ({"request", "response"}, {"request", "metadata"}):
+                    stack = by_uri.get((rec.uri, rec.type != "request"))
+                    while stack:
+                        k = stack.pop()
+                        if k in pending:
                             partner = pending.pop(k)
                             break
             if partner is None:
                 if rec.type == "metadata" and not rec.headers.get(H_CONFIG) and partner_id is None:
                     continue  # free-standing metadata of another tool
                 pending[rec.rid] = rec
+                by_uri.setdefault((rec.uri, rec.type == "request"), []).append(rec.rid)
+                held[1] += len(rec.body)
+                if held[1] > MAX_HELD_BYTES:
+                    raise BadBundle(f"{label}: at {rec.name()}, {len(pending):,} records wait for their partner "
+                                    f"record, more than {MAX_HELD_BYTES // 2**20} MiB of bodies (a bundle keeps a "
+                                    "request next to its response); nothing was imported")
                 continue
+            held[1] -= len(partner.body)
             req, second = (partner, rec) if partner.type == "request" else (rec, partner)
             if req.type != "request" or second.type == "request":
                 raise BadBundle(f"{label}: {rec.name()} is linked to {partner.name()}, not a request/response pair; "

@@ -78,6 +78,64 @@ def check_sqlite_file(path: Path, *, must_exist: bool = False) -> None:
             raise DatabaseError(f"{path} is not a SQLite database; check --db / {URL_ENV}")
 
 
+# SQLite files this process opened (newest last): the file an error line names.
+_SQLITE_FILES: list[Path] = []
+
+# What the machine says (SQLite's message, lower case) → what happened, what to do.
+_SQLITE_MACHINE = (
+    ("database or disk is full", "the disk holding {f} is full",
+     "free space there (or move the database and pass --db) and run the command again"),
+    ("disk i/o error", "reading or writing {f} failed (disk I/O error)",
+     "check the disk and the file system, then run the command again"),
+    ("file is not a database", "{f} is not a SQLite database, or its first page is damaged",
+     "restore it from a backup, or pass --db with another file"),
+    ("database disk image is malformed", "{f} is corrupt (database disk image is malformed)",
+     "restore it from a backup (or salvage rows with `sqlite3 FILE .recover`), or pass --db with another file"),
+    ("readonly database", "{f} is read-only (the file, its directory or the mount)",
+     "make it writable, or copy it somewhere writable and pass --db"),
+    ("unable to open database file", "cannot open {f} (or its -wal / -shm files) for writing",
+     "check that its directory is writable and not on a read-only mount"),
+)
+
+
+def machine_error(exc: BaseException) -> DatabaseError | None:
+    """A full disk, a corrupt database file or a read-only database or mount, as one
+    :class:`DatabaseError` line naming the file, what happened and what to do (None when
+    ``exc`` is none of these). The transaction that hit it was rolled back: nothing is
+    half-written."""
+    import errno
+    import sqlite3
+
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        todo += [getattr(e, "orig", None), e.__cause__, e.__context__]
+        if isinstance(e, sqlite3.Error):
+            msg = str(e).lower()
+            for key, what, todo_text in _SQLITE_MACHINE:
+                if key in msg:
+                    f = str(_SQLITE_FILES[-1]) if _SQLITE_FILES else "the SQLite database"
+                    return DatabaseError(f"{what.format(f=f)}; {todo_text} (nothing was half-written: the "
+                                         "interrupted transaction was rolled back)")
+        state = getattr(e, "sqlstate", None)
+        if state in ("53100", "25006"):  # PostgreSQL: disk_full, read_only_sql_transaction
+            what = "the PostgreSQL server's disk is full" if state == "53100" else "the PostgreSQL database is read-only"
+            first = (str(e).strip().splitlines() or [""])[0][:160]
+            return DatabaseError(f"{what} ({first}); free space on the server (or point --db at a writable "
+                                 "database) and run the command again (nothing was half-written: the "
+                                 "interrupted transaction was rolled back)")
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            where = e.filename or "a file"
+            what = "the disk is full" if e.errno != errno.EROFS else "the file system is read-only"
+            return DatabaseError(f"cannot write {where}: {what} ({e.strerror}); free space there or choose "
+                                 "another place, then run the command again")
+    return None
+
+
 def create_db_engine(url: str | None = None) -> Engine:
     """An engine for ``url`` with the project's connection settings; no migrations."""
     url = database_url(url)
@@ -98,6 +156,7 @@ def create_db_engine(url: str | None = None) -> Engine:
         if backend == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 check_sqlite_file(Path(parsed.database).expanduser())
+                _SQLITE_FILES.append(Path(parsed.database).expanduser())
             engine = sa.create_engine(url, connect_args={"timeout": 30})
             event.listen(engine, "connect", _sqlite_pragmas)
         else:
@@ -174,6 +233,9 @@ def _check_reachable(engine: Engine) -> None:
         with engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
     except sa.exc.DatabaseError as exc:  # OperationalError, or "file is not a database"
+        known = machine_error(exc)  # a read-only mount, a full disk, a corrupt file: say so
+        if known is not None:
+            raise known from None
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise DatabaseError(
             f"cannot connect to database {redact_url(str(engine.url))}: {reason}; "

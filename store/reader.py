@@ -30,6 +30,18 @@ READER_ROLE = "engines_reader"
 FUNCTION = "engines_sql_select"
 FUNCTION_SIG = f"{FUNCTION}(text, integer, boolean)"
 
+# What the wrapper refuses (a case-insensitive regular expression on the query text): calls
+# that take advisory locks, notify or sleep (granted to PUBLIC, so the reader's rights do
+# not stop them), and unicode-escaped identifiers (U&"...") that could spell one. A call
+# hidden in a query run from a string (query_to_xml) still ends with the statement timeout
+# and its session, which engines sql closes after every query.
+DISTURBING = r"(pg_(try_)?advisory[a-z_]*|pg_notify|pg_sleep[a-z_]*|u&\")"
+# A lock the query waits for (a migration's ACCESS EXCLUSIVE) fails after this long.
+LOCK_TIMEOUT = "2s"
+# One cell of a row the wrapper returns: longer text or JSON values are cut to this many
+# characters (the client never receives a gigabyte from repeat('x', 1e9)).
+CELL_CHARS = 65536
+
 FIX_HINT = (
     f"run `engines db reader` (or `engines db upgrade`) as a user that may create roles, "
     f"or have an administrator run: CREATE ROLE {READER_ROLE} NOLOGIN; then `engines db reader`"
@@ -77,15 +89,27 @@ RETURNS SETOF text
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = {s}, pg_catalog, pg_temp
+SET lock_timeout = '{LOCK_TIMEOUT}'
 AS $fn$
 BEGIN
+  IF q ~* '{DISTURBING}' THEN
+    RAISE EXCEPTION 'engines sql: % is not allowed: lock, notify and sleep calls (and queries run from a string) could disturb other sessions',
+      substring(lower(q) from '{DISTURBING}') USING ERRCODE = '42501';
+  END IF;
   IF columns_only THEN
     RETURN QUERY EXECUTE format(
       'SELECT row_to_json(z)::text FROM (SELECT t.* FROM (SELECT 1) AS d '
       'LEFT JOIN (SELECT * FROM (%s' || chr(10) || ') AS s LIMIT 0) AS t ON true) AS z', q);
   ELSE
-    RETURN QUERY EXECUTE format('SELECT row_to_json(t)::text FROM (%s' || chr(10) || ') AS t LIMIT %s',
-                                q, max_rows + 1);
+    -- Rows longer than CELL_CHARS have each long cell cut (text values keep their start).
+    RETURN QUERY EXECUTE format(
+      'SELECT CASE WHEN length(j) <= %s THEN j ELSE (SELECT json_object_agg(e.key, CASE '
+      'WHEN length(e.value::text) <= %s THEN e.value '
+      'WHEN json_typeof(e.value) = ''string'' THEN to_json(left(e.value #>> ''{{}}'', %s) || ''…'') '
+      'ELSE to_json(''[cut: '' || length(e.value::text) || '' characters]'') END)::text '
+      'FROM json_each(j::json) AS e) END '
+      'FROM (SELECT row_to_json(t)::text AS j FROM (%s' || chr(10) || ') AS t LIMIT %s) AS r',
+      {CELL_CHARS}, {CELL_CHARS}, {CELL_CHARS}, q, max_rows + 1);
   END IF;
 END
 $fn$""".replace("%", "%%"))  # the driver's paramstyle: %% is a literal %
@@ -169,9 +193,10 @@ def _authorizer(denied: list[str]):
     return check
 
 
-def sqlite_connect_read_only(path: str | Path, denied: list[str]) -> sqlite3.Connection:
-    """A read-only connection to an existing SQLite file; ``denied`` collects refusals."""
+def sqlite_connect_read_only(path: str | Path, denied: list[str], timeout: float = 30) -> sqlite3.Connection:
+    """A read-only connection to an existing SQLite file; ``denied`` collects refusals;
+    ``timeout``: how long to wait for another process's lock."""
     uri = Path(path).resolve().as_uri() + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30)
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=timeout)
     conn.set_authorizer(_authorizer(denied))
     return conn

@@ -36,6 +36,16 @@ PG_KEYWORDS = ("select", "with", "values", "table")
 # security-definer function), prohibited statement.
 _PG_REFUSED = {"42501", "25001", "25006", "0A000", "2F003", "38002", "38003", "38004", "28000"}
 _PG_TIMEOUT = "57014"
+# Limits (README, "engines sql"): --timeout at most MAX_TIMEOUT seconds (a larger value is
+# refused); a value SQLite computes at most MAX_VALUE_BYTES (larger: an error naming the
+# limit); a cell kept to CELL_CHARS characters (PostgreSQL cuts it in the reader function);
+# rows fetched in batches of FETCH_BATCH and kept until they hold RESULT_BYTES, then the
+# result is cut with a note. Memory stays far below 1 GB whatever the query.
+MAX_TIMEOUT = 600.0
+MAX_VALUE_BYTES = 16 * 2**20
+CELL_CHARS = 65536
+RESULT_BYTES = 64 * 2**20
+FETCH_BATCH = 200
 
 
 class Refused(UserError):
@@ -130,15 +140,23 @@ def run_sqlite(path: Path, query: str, *, timeout: float, max_rows: int) -> tupl
     from store.reader import sqlite_connect_read_only
 
     try:
-        conn = sqlite_connect_read_only(path, denied)
+        # Waiting for another process's lock counts against --timeout too.
+        conn = sqlite_connect_read_only(path, denied, timeout=timeout)
     except sqlite3.Error as exc:
         raise DatabaseError(f"cannot open {path} read-only: {exc}; check the file and its directory") from None
     deadline = time.monotonic() + timeout
-    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 2000)
+    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1000)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    # A step that runs long between two progress calls is interrupted from outside.
+    import threading
+
+    watchdog = threading.Timer(timeout, conn.interrupt)
+    watchdog.daemon = True
+    watchdog.start()
     try:
         cur = conn.execute(query)
-        rows = cur.fetchmany(max_rows + 1)
         cols = [d[0] for d in cur.description] if cur.description else []
+        rows, cut = _fetch(cur.fetchmany, max_rows)
     except sqlite3.Warning as exc:  # "You can only execute one statement at a time."
         raise Refused(f"one statement only ({exc})") from None
     except sqlite3.Error as exc:
@@ -147,12 +165,47 @@ def run_sqlite(path: Path, query: str, *, timeout: float, max_rows: int) -> tupl
             raise Refused(f"{denied[0] if denied else msg} is not allowed: engines sql only reads") from None
         if "interrupted" in msg:
             raise UserError(f"the statement ran longer than --timeout {timeout:g} s and was stopped") from None
+        if "database is locked" in msg:
+            raise UserError(f"the database {path} stayed locked by another process for --timeout {timeout:g} s; "
+                            "try again when it is idle, or pass a longer --timeout") from None
+        if "too big" in msg:
+            raise UserError(f"SQL error: a value is larger than {MAX_VALUE_BYTES // 2**20} MiB, the most engines sql "
+                            "computes; select a part of it (substr(x, 1, N), length(x))") from None
         if "readonly" in msg or "read-only" in msg:
             raise Refused(f"{msg}: engines sql only reads") from None
         raise UserError(f"SQL error: {msg}") from None
     finally:
+        watchdog.cancel()
         conn.close()
-    return cols, rows[:max_rows], len(rows) > max_rows
+    return cols, rows, cut
+
+
+def _keep(v: Any) -> Any:
+    """A cell as kept for printing: long text cut to CELL_CHARS, a long blob by its length."""
+    if isinstance(v, str) and len(v) > CELL_CHARS:
+        return v[:CELL_CHARS] + "…"
+    if isinstance(v, (bytes, memoryview)) and len(v) > CELL_CHARS:
+        return f"<{len(v)} bytes>"
+    return v
+
+
+def _fetch(fetchmany, max_rows: int, convert=None) -> tuple[list[tuple], bool | str]:
+    """Rows in batches, cells cut, until max_rows (cut: True) or RESULT_BYTES (cut: a note)."""
+    rows: list[tuple] = []
+    size = 0
+    while True:
+        batch = fetchmany(FETCH_BATCH)
+        if not batch:
+            return rows, False
+        for r in batch:
+            if len(rows) == max_rows:
+                return rows, True
+            r = tuple(_keep(v) for v in (convert(r) if convert else r))
+            rows.append(r)
+            size += sum(len(v) if isinstance(v, (str, bytes)) else 16 for v in r)
+            if size > RESULT_BYTES:
+                return rows, (f"cut at {len(rows):,} rows: the result passed {RESULT_BYTES // 2**20} MiB, the most "
+                              "engines sql keeps (select fewer or shorter columns)")
 
 
 # ----------------------------------------------------------------- PostgreSQL
@@ -185,10 +238,21 @@ def run_postgres(url: str, query: str, *, timeout: float, max_rows: int) -> tupl
                         cur.execute("SET TRANSACTION READ ONLY")
                         cur.execute("SELECT set_config('statement_timeout', %s, true)", (f"{int(timeout * 1000)}ms",))
                         q = _strip_trailing_semicolons(query)
-                        cur.execute(f"SELECT * FROM {FUNCTION}(%s, %s, false)", (q, max_rows), prepare=True)
-                        texts = [r[0] for r in cur.fetchall()]
-                        if texts:
-                            cols = [k for k, _ in _pairs(texts[0])]
+                    # A server-side cursor: rows arrive in batches, never the whole result at once.
+                    with raw.cursor(name="engines_sql") as named:
+                        named.execute(f"SELECT * FROM {FUNCTION}(%s, %s, false)", (q, max_rows))
+                        first: list[str] = []
+
+                        def convert(r):  # noqa: ANN001, ANN202
+                            pairs = _pairs(r[0])
+                            if not first:
+                                first.extend(k for k, _ in pairs)
+                            return tuple(v for _, v in pairs)
+
+                        rows, cut = _fetch(named.fetchmany, max_rows, convert)
+                    with raw.cursor() as cur:
+                        if rows:
+                            cols = list(first)
                         else:
                             cur.execute(f"SELECT * FROM {FUNCTION}(%s, %s, true)", (q, 0), prepare=True)
                             one = cur.fetchone()
@@ -198,6 +262,9 @@ def run_postgres(url: str, query: str, *, timeout: float, max_rows: int) -> tupl
                     state = getattr(exc, "sqlstate", None)
                     if state in _PG_REFUSED:
                         raise Refused(f"{msg} (engines sql runs with the rights of the read-only role {READER_ROLE})") from None
+                    if state == "55P03":  # lock_not_available: the reader function's lock_timeout
+                        raise UserError(f"{msg}: another session holds a lock on what the query reads (a migration?); "
+                                        "try again when it is done") from None
                     if state == _PG_TIMEOUT:
                         raise UserError(f"the statement ran longer than --timeout {timeout:g} s and was cancelled") from None
                     raise UserError(f"SQL error: {msg}") from None
@@ -211,8 +278,7 @@ def run_postgres(url: str, query: str, *, timeout: float, max_rows: int) -> tupl
         raise DatabaseError(f"cannot use database {dbmod.redact_url(url)}: {reason}") from None
     finally:
         engine.dispose()
-    rows = [tuple(v for _, v in _pairs(t)) for t in texts]
-    return cols, rows[:max_rows], len(rows) > max_rows
+    return cols, rows, cut
 
 
 # -------------------------------------------------------------------- command
@@ -261,6 +327,8 @@ def sql_cmd(
 
 
 def _run(ctx, query, max_width, tsv, timeout, max_rows, database_url) -> None:  # noqa: ANN001
+    if timeout > MAX_TIMEOUT:
+        raise UserError(f"--timeout {timeout:g}: at most {MAX_TIMEOUT:g} s; give a smaller value")
     url = database_url(ctx.find_root().obj.get("db_url"))
     try:
         parsed = sa.make_url(url)
@@ -298,7 +366,9 @@ def _run(ctx, query, max_width, tsv, timeout, max_rows, database_url) -> None:  
         for r in rows:
             table.add_row(*(escape(_cell(v, max_width)) for v in r))
         out_console.print(table)
-    if cut:
+    if isinstance(cut, str):
+        info(cut)
+    elif cut:
         info(f"cut at {max_rows:,} rows: the result has more (--max-rows N to see more)")
     elif not tsv:
         info(f"{len(rows)} row(s)")
