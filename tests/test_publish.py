@@ -354,3 +354,15 @@ def test_publish_from_postgres_and_verify(pg_url, capsys, tmp_path):
     code, out, err = verify(capsys, out_file, "--corpus", corpus)
     assert code == 0, out + err
     assert out.startswith("verified: 2 systems")
+
+
+def test_a_different_parser_or_tool_version_is_noted(source, capsys, tmp_path, monkeypatch):
+    from engines.registry import ENGINES
+
+    old = tmp_path / "old-tool.warc.gz"
+    edit_claim(source["full"], old, lambda doc: doc.update(code_version="0.0.1+old"))
+    monkeypatch.setattr(ENGINES["leansearch"], "parser_version", ENGINES["leansearch"].parser_version + 100)
+    code, out, err = verify(capsys, old)
+    assert code == 0, out + err  # the code version is not a figure
+    assert "note: tool version differs: the claim was made by engines 0.0.1+old" in out
+    assert "note: parser version differs: leansearch" in out
