@@ -154,8 +154,10 @@ def read_contents(path: Path, tmp: Path) -> Contents:
             digest = hashlib.sha256()
             chunks: list[bytes] = []
             total = 0
+            meta = _header_json(h.get_header(H_META), here) or {}
+            corpus_file = tmp / f"corpus-{index}.jsonl{'.gz' if str(meta.get('file', '')).endswith('.gz') else ''}"
             if role == "corpus":
-                sink = open(tmp / f"corpus-{index}.jsonl", "wb")  # noqa: SIM115
+                sink = open(corpus_file, "wb")  # noqa: SIM115
             try:
                 while True:
                     try:
@@ -186,7 +188,6 @@ def read_contents(path: Path, tmp: Path) -> Contents:
             if role is None:
                 continue
             data = b"".join(chunks)
-            meta = _header_json(h.get_header(H_META), here) or {}
             if role == "info":
                 for line in data.decode("utf-8", "replace").splitlines():
                     key, sep, value = line.partition(":")
@@ -208,7 +209,7 @@ def read_contents(path: Path, tmp: Path) -> Contents:
                 out.runs.append((_header_json(h.get_header(H_RUN), here) or {}, data))
             elif role == "corpus":
                 meta["_file_sha256"] = digest.hexdigest()
-                out.corpora.append((meta, tmp / f"corpus-{index}.jsonl"))
+                out.corpora.append((meta, corpus_file))
     if index == 0:
         raise CannotVerify(f"{label}: no WARC records in the file (empty, or not a WARC)")
     if out.claim is None or not isinstance(out.options, dict) or out.benchmark is None:
@@ -404,6 +405,29 @@ def compare_docs(claimed: dict[str, Any], derived: dict[str, Any]) -> tuple[int,
 # --------------------------------------------------------------------------- verify
 
 
+def _checked_options(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The claim's scoring options, each of the type engines score gives it (hostile input)."""
+    def strs(v: Any) -> bool:
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+    checks = {
+        "bench": lambda v: isinstance(v, str) and v != "",
+        "systems": lambda v: v is None or strs(v), "by": lambda v: v is None or strs(v),
+        "shared_with": lambda v: v is None or strs(v), "styles": lambda v: v is None or strs(v),
+        "compare": lambda v: v is None or (isinstance(v, list) and all(strs(p) and len(p) == 2 for p in v)),
+        "snapshots": lambda v: v is None or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
+    }
+    out = {}
+    for k in OPTION_KEYS:
+        v = raw.get(k)
+        ok = checks.get(k, lambda x: x is None or isinstance(x, str))(v)
+        if not ok:
+            raise CannotVerify(f"{path}: the claim's scoring option {k!r} is malformed ({str(v)[:60]}); the bundle is damaged")
+        out[k] = v
+    out["profile"] = out["profile"] or "main"
+    return out
+
+
 def _corpus_missing(ref: dict[str, Any]) -> CannotVerify:
     src = ref.get("source") or "unknown source"
     return CannotVerify(
@@ -431,7 +455,7 @@ def verify_bundle(path: str | Path, *, corpus: str | Path | None = None, db_url:
         claimed = load_json(contents.claim, f"{path}: the claim")
         if not isinstance(claimed, dict) or not isinstance(claimed.get("systems"), list):
             raise CannotVerify(f"{path}: the claim is not an engines.score document")
-        options = {k: contents.options.get(k) for k in OPTION_KEYS}
+        options = _checked_options(contents.options, path)
 
         # Corpora: from the bundle, --corpus, the local cache or the package, by sha256.
         refs = [r for r in contents.info.get("corpus-ref", []) if isinstance(r, dict)]
