@@ -267,8 +267,9 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     claim = claim_bytes(doc)
     summary = PublishSummary(path=path, claim=doc)
 
-    remote = [s for s in doc["systems"] if not s["local"]]
-    local = [s for s in doc["systems"] if s["local"]]
+    # Rows without exchanges (local engines, imported runs: engine "run") travel as run records.
+    local = [s for s in doc["systems"] if s["local"] or s["engine"] == "run"]
+    remote = [s for s in doc["systems"] if s not in local]
     corpus_specs = [doc["corpus"]["name"] + "@" + doc["corpus"]["revision"]]
     corpus_specs += [s for s in (options["shared_with"] or []) if not _is_file_spec(s)]
     corpus_specs += [s for s in (options["snapshots"] or {}).values() if not _is_file_spec(s)]
@@ -298,11 +299,12 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
                                   .order_by(Query.id)):
             qid_of.setdefault(sha, qid)
         runs = []
+        run_files: list[tuple[str, str, bytes]] = []
         for sysdoc in local:
             cfg = s.execute(sa.select(EngineConfig).where(EngineConfig.config_hash == sysdoc["config_hash"])).scalar_one()
             ep = s.get(Epoch, (cfg.id, sysdoc["epoch"]))
             ident = {"config_hash": cfg.config_hash, "engine": cfg.engine, "endpoint_version": cfg.endpoint_version,
-                     "params": cfg.params, "label": cfg.label, "local": True, "result_cap": cfg.result_cap,
+                     "params": cfg.params, "label": cfg.label, "local": bool(cfg.local), "result_cap": cfg.result_cap,
                      "licence": cfg.licence, "epoch": sysdoc["epoch"],
                      "epoch_label": ep.label if ep else None,
                      "epoch_started": _warc_date(ep.started_at) if ep and ep.started_at else None}
@@ -325,6 +327,12 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
                 rows.append((qid_of[a.query_sha256], ranked, a.dropped_items or 0))
             data = b"".join(run_lines(rows))
             runs.append((ident, data))
+            # An imported run also carries the original file's bytes, when it is still there.
+            src, want = (cfg.params or {}).get("source"), (cfg.params or {}).get("sha256")
+            if cfg.engine == "run" and src and want and Path(src).is_file():
+                raw = Path(src).read_bytes()
+                if hashlib.sha256(raw).hexdigest() == want:
+                    run_files.append((cfg.config_hash, src, raw))
 
     files = []
     for role, spec in file_specs:
@@ -384,6 +392,9 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
             _resource(writer, "subsets", "subsets", claim_bytes(subsets), "application/json", {})
             for role, spec, data in files:
                 _resource(writer, "file", Path(spec).name, data, "text/plain", {H_META: _hdr({"role": role, "spec": spec})})
+            for h, src, raw in run_files:
+                _resource(writer, "run-file", Path(src).name, raw, "application/octet-stream",
+                          {H_META: _hdr({"config_hash": h, "source": src, "sha256": hashlib.sha256(raw).hexdigest()})})
             for ident, data in runs:
                 _resource(writer, "run", f"{ident['config_hash']}@{ident['epoch']}", data, "application/jsonl",
                           {H_RUN: _hdr(ident)})

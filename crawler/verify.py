@@ -294,7 +294,8 @@ def _load_runs(db, runs: list[tuple[dict[str, Any], bytes]], qid_text: dict[str,
             where = f"run record {h[:12]}@{epoch}"
             with db.session() as s, s.begin():
                 cfg = ensure_config(s, engine=str(ident["engine"]), endpoint_version=str(ident["endpoint_version"]),
-                                    params=ident["params"], config_hash=h, label=ident.get("label"), local=True,
+                                    params=ident["params"], config_hash=h, label=ident.get("label"),
+                                    local=bool(ident.get("local", True)),
                                     result_cap=ident.get("result_cap"), licence=ident.get("licence"))
                 s.flush()
                 if ident.get("epoch_label") or ident.get("epoch_started"):

@@ -366,3 +366,43 @@ def test_a_different_parser_or_tool_version_is_noted(source, capsys, tmp_path, m
     assert code == 0, out + err  # the code version is not a figure
     assert "note: tool version differs: the claim was made by engines 0.0.1+old" in out
     assert "note: parser version differs: leansearch" in out
+
+
+def test_an_imported_run_travels_with_its_identity_and_file(source, capsys, tmp_path):
+    """An `engines run import` row (engine "run", no exchanges) is a run record with its
+    original configuration hash, and its original file's bytes ride along."""
+    import shutil
+
+    from store.runs import import_run
+
+    body = {}
+
+    def edit(rtype, headers, http, data):
+        if headers.get("WARC-Engines-Role") == "run":
+            body["run"] = data
+        return data
+
+    rewrite(source["full"], tmp_path / "scratch.warc.gz", edit)
+    run_file = tmp_path / "mine.jsonl"
+    run_file.write_bytes(body["run"])
+    shutil.copyfile(Path(source["url"].removeprefix("sqlite:///")), tmp_path / "src.db")
+    url = f"sqlite:///{tmp_path / 'src.db'}"
+    db = open_database(url)
+    try:
+        import_run(db, run_file, bench="mathlibqr", name="mine", source=str(run_file))
+    finally:
+        db.dispose()
+    out = tmp_path / "with-run.warc.gz"
+    assert cli(["--db", url, "publish", "--bench", "mathlibqr", "--subset", SUBSET, "--with-corpus", "--out", str(out)]) == 0
+    files = []
+
+    def look(rtype, headers, http, data):
+        if headers.get("WARC-Engines-Role") == "run-file":
+            files.append(data)
+        return data
+
+    rewrite(out, tmp_path / "scratch2.warc.gz", look)
+    assert files == [run_file.read_bytes()]
+    code, text, err = verify(capsys, out)
+    assert code == 0, text + err
+    assert text.startswith("verified: 3 systems")
