@@ -39,6 +39,7 @@ COMMAND_MODULES = (
     "engines.commands.sql",
     "engines.commands.drift",
     "engines.commands.bundle",
+    "engines.commands.publish",
 )
 
 

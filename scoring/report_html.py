@@ -656,6 +656,10 @@ def _methodology(score: dict[str, Any], systems: list[dict[str, Any]], json_sha:
         ("generated at", score.get("generated_at")),
         ("score file", f"report.json (schema {score.get('schema')}), sha256 {json_sha}"),
     ]
+    bundle = score.get("bundle") or {}
+    if bundle.get("sha256"):
+        rows.append(("leaderboard bundle", f"{bundle.get('file')}, sha256 {bundle['sha256']}; re-derive every "
+                     f"figure offline: {bundle.get('verify')}"))
     for label, key, value in _renderer_hashes(systems):
         rows.append((f"renderer ({label})", f"{key} = {value}"))
     drift = _constants_drift(score)

@@ -396,3 +396,23 @@ def test_demo_report_has_no_published_rows(demo_run):
     assert json.loads((report / "report.json").read_text("utf-8")).get("published") == []
     page = (report / "index.html").read_text("utf-8")
     assert 'id="published"' not in page and 'class="published"' not in page
+
+
+def test_demo_publishes_a_bundle_that_verifies(demo_run):
+    """The demo writes engines-demo/leaderboard.warc.gz beside its report, prints the verify
+    command, the page shows the bundle's sha256 and that command, and the command, run as
+    printed, re-derives every figure (the shipped slice is found by its sha256)."""
+    import hashlib
+
+    tmp, proc = demo_run
+    bundle = tmp / "engines-demo" / "leaderboard.warc.gz"
+    assert bundle.is_file()
+    sha = hashlib.sha256(bundle.read_bytes()).hexdigest()
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("verify:"))
+    command = line.split(":", 1)[1].strip()
+    assert command == "engines verify engines-demo/leaderboard.warc.gz"
+    page = (tmp / "engines-demo" / "report" / "index.html").read_text("utf-8")
+    assert sha in page and command in page
+    verified = _run(command.split()[1:], tmp)
+    assert verified.returncode == 0, verified.stdout + verified.stderr[-2000:]
+    assert re.fullmatch(r"verified: 4 systems, \d+ figures equal", verified.stdout.splitlines()[0])

@@ -67,6 +67,8 @@ class DemoResult:
     crawled_engines: list[str] = field(default_factory=list)
     config_ids: list[int] = field(default_factory=list)  # the systems this run produced
     subset: str | None = None
+    bundle: Path | None = None  # the leaderboard bundle (engines publish) beside the report
+    bundle_sha256: str | None = None
 
     def step(self, name: str) -> StepResult | None:
         return next((s for s in self.steps if s.name == name), None)
@@ -230,12 +232,14 @@ def run_demo(
                     raise
                 # The predicted system ids did not match (labels shared with older rows): no comparison.
                 js = build_score_json(db, DEMO_BENCH, corpus=corpus, systems=keys, subset=subset, published=False)
+                pair = None
             if not js.get("banner"):
                 # The scorer marks slice corpora itself; the demo never emits an unmarked page.
                 js["banner"] = BANNER
             if not js.get("systems"):
                 raise _Skip("no system had answers to score")
             result.score_json = js
+            _publish(db, result, dict(bench=DEMO_BENCH, corpus=corpus, systems=keys, subset=subset, compare=pair), say)
             result.report = render_report(js, out_dir / "report")
             return f"{len(js['systems'])} systems scored on {js.get('benchmark', {}).get('n_queries')} queries"
 
@@ -249,6 +253,24 @@ def run_demo(
 
 
 # ------------------------------------------------------------------------ the steps
+
+
+def _publish(db: Any, result: DemoResult, options: dict[str, Any], say: Callable[[str], None]) -> None:
+    """The leaderboard bundle beside the report (engines publish); the report names its sha256
+    and the verify command. A failure is a note: the report is still written."""
+    from crawler.publish import publish_bundle, score_options
+
+    path = result.out_dir / "leaderboard.warc.gz"
+    try:
+        s = publish_bundle(db, path, score_options(**options))
+    except Exception as exc:  # noqa: BLE001 - the demo reports a failed part and goes on
+        say(f"  SKIP publish the leaderboard bundle: {type(exc).__name__}: {exc}")
+        return
+    result.bundle, result.bundle_sha256 = path, s.sha256
+    assert result.score_json is not None
+    result.score_json["bundle"] = {"file": path.name, "sha256": s.sha256, "bytes": s.bytes,
+                                   "verify": f"engines verify {path}"}
+    say(f"  ok   published {path} ({s.bytes:,} bytes, {s.exchanges:,} exchanges, {s.runs} run(s))")
 
 
 def demo_cut(db: Any, targets: int) -> tuple[str, str, int]:
@@ -514,6 +536,9 @@ def demo_command(
     typer.echo("")
     typer.echo(f"database: {result.db_url}")
     typer.echo(f"report:   {result.report.resolve()}  (report.json beside it)")
+    if result.bundle is not None:
+        typer.echo(f"bundle:   {result.bundle}  (sha256 {result.bundle_sha256})")
+        typer.echo(f"verify:   engines verify {result.bundle}")
     typer.echo("")
     typer.echo("next, a real crawl (public services, courtesy rates; resumable, safe to re-run):")
     typer.echo("  engines bench load --shipped")

@@ -1,0 +1,431 @@
+"""``engines publish``: one WARC/1.1 file that holds everything a leaderboard's numbers need.
+
+The bundle is an ``engines export`` bundle (warcinfo, then request/response or metadata
+records per exchange, written by :func:`store.bundle._write_exchange`) of every exchange
+of each scored remote configuration and epoch, failures included, followed by
+``resource`` records (format ``engines.leaderboard/1``):
+
+- ``claim``: the score JSON (``engines.score/1``, as ``engines score --json`` writes it),
+  with the scoring options in the ``WARC-Engines-Options`` header;
+- ``run`` (one per local or imported system): its ranked lists in the run format
+  (one JSON object a line: ``{"qid": ..., "ranked": [names]}``; a rank the engine left
+  empty is ``null``) and, in ``WARC-Engines-Run``, the original configuration identity
+  (hash, engine, endpoint version, parameters — model, renderer hash, source —, label,
+  epoch);
+- ``benchmark``: the scored benchmark as loaded (queries, styles, gold units) and
+  ``subsets``: every loaded subset with its members, each with its original sha256;
+- ``file``: the name-list files ``--shared-with`` / ``--snapshot`` named;
+- ``corpus``: the corpus file itself with ``--with-corpus``; otherwise the warcinfo and
+  the claim's headers name it by source, revision and sha256.
+
+The warcinfo adds to the export's lines the tool version, each engine's parser version
+and every hash (claim, runs, benchmark, corpora, files). ``engines import`` reads such a
+bundle as any other (resource records are not exchanges); ``engines verify``
+(:mod:`crawler.verify`) re-derives the claim from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import sqlalchemy as sa
+
+from store.errors import InputError
+
+FORMAT = "engines.leaderboard/1"
+H_ROLE = "WARC-Engines-Role"
+H_META = "WARC-Engines-Meta"
+H_OPTIONS = "WARC-Engines-Options"
+H_RUN = "WARC-Engines-Run"
+URN = "urn:engines:"
+# Options of engines score that the claim records (score()'s keyword names).
+OPTION_KEYS = ("bench", "corpus", "subset", "systems", "by", "compare", "profile", "shared_with", "snapshots",
+               "styles", "slice", "epochs")
+
+
+def score_options(**kw: Any) -> dict[str, Any]:
+    """The scoring options in the canonical recorded form (JSON-safe, defaults explicit)."""
+    out = {k: kw.get(k) for k in OPTION_KEYS}
+    out["profile"] = out["profile"] or "main"
+    for k in ("systems", "by", "shared_with", "styles"):
+        out[k] = list(out[k]) if out[k] else None
+    if out["compare"]:
+        c = out["compare"]
+        out["compare"] = [list(c)] if len(c) == 2 and all(isinstance(x, str) for x in c) else [list(p) for p in c]
+    else:
+        out["compare"] = None
+    out["snapshots"] = dict(out["snapshots"]) if out["snapshots"] else None
+    if not out["bench"]:
+        raise InputError("--bench is required: the benchmark to score and publish")
+    return out
+
+
+def run_score(db, options: dict[str, Any]):
+    """``scoring.results.score`` with recorded options."""
+    from scoring.results import score
+
+    o = options
+    return score(db, o["bench"], corpus=o["corpus"], subset=o["subset"], systems=o["systems"], by=o["by"],
+                 compare=[tuple(p) for p in o["compare"]] if o["compare"] else None, profile=o["profile"],
+                 shared_with=o["shared_with"], snapshots=o["snapshots"], styles=o["styles"], slice=o["slice"],
+                 epochs=o["epochs"])
+
+
+def claim_bytes(doc: dict[str, Any]) -> bytes:
+    """The score JSON exactly as ``engines score --json`` serialises it."""
+    return json.dumps(doc, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def _is_file_spec(spec: str) -> bool:
+    """As scoring.results._names_of decides: a name-list file, else a corpus in the database."""
+    path = Path(spec).expanduser()
+    return path.suffix in (".txt", ".json", ".lst") or path.exists()
+
+
+# --------------------------------------------------------------------------- run format
+
+
+def run_lines(rows: Iterable[tuple[str, list[str | None], int]]) -> Iterator[bytes]:
+    """Run-format lines: (qid, names by rank with None for an empty rank, dropped items)."""
+    for qid, ranked, dropped in rows:
+        obj: dict[str, Any] = {"qid": qid, "ranked": ranked}
+        if dropped:
+            obj["dropped"] = dropped
+        yield json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+MAX_RANKED = 100_000
+MAX_LINE = 16 << 20
+
+
+def read_run(data: bytes, where: str) -> Iterator[tuple[str, list[str | None], int]]:
+    """Parse run-format bytes (bounded: line length, list length, value types)."""
+    for lineno, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        if len(line) > MAX_LINE:
+            raise InputError(f"{where}: line {lineno} is longer than {MAX_LINE} bytes")
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            raise InputError(f"{where}: line {lineno} is not JSON") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("qid"), str) or not isinstance(obj.get("ranked"), list):
+            raise InputError(f"{where}: line {lineno} is not {{\"qid\": ..., \"ranked\": [names]}}")
+        ranked = obj["ranked"]
+        if len(ranked) > MAX_RANKED or not all(x is None or isinstance(x, str) for x in ranked):
+            raise InputError(f"{where}: line {lineno}: 'ranked' must be at most {MAX_RANKED} names (or null)")
+        dropped = obj.get("dropped", 0)
+        if not isinstance(dropped, int) or isinstance(dropped, bool) or dropped < 0:
+            raise InputError(f"{where}: line {lineno}: 'dropped' must be a count")
+        yield obj["qid"], ranked, dropped
+
+
+# --------------------------------------------------------------------------- dumps
+
+
+def benchmark_dump(session, bench_name: str) -> dict[str, Any]:
+    """The benchmark as loaded: every query with its gold units (re-created by verify)."""
+    from store.models import Benchmark, GoldName, GoldUnit, Query
+
+    b = session.execute(sa.select(Benchmark).where(Benchmark.name == bench_name)).scalar_one()
+    units: dict[int, list[dict[str, Any]]] = {}
+    names: dict[int, list[str]] = {}
+    for unit_id, name in session.execute(
+        sa.select(GoldName.gold_unit_id, GoldName.name).join(GoldUnit, GoldUnit.id == GoldName.gold_unit_id)
+        .join(Query, Query.id == GoldUnit.query_id).where(Query.benchmark_id == b.id).order_by(GoldName.id)
+    ):
+        names.setdefault(unit_id, []).append(name)
+    for u in session.execute(sa.select(GoldUnit).join(Query, Query.id == GoldUnit.query_id)
+                             .where(Query.benchmark_id == b.id).order_by(GoldUnit.ordinal)).scalars():
+        units.setdefault(u.query_id, []).append({"ordinal": u.ordinal, "kind": u.kind, "names": names.get(u.id, [])})
+    queries = [
+        {"qid": q.qid, "target_id": q.target_id, "text": q.text, "style": q.style, "primary": q.primary,
+         "kind": q.kind, "difficulty": q.difficulty, "meta": q.meta, "units": units.get(q.id, [])}
+        for q in session.execute(sa.select(Query).where(Query.benchmark_id == b.id).order_by(Query.id)).scalars()
+    ]
+    return {"name": b.name, "task": b.task, "source_file": b.source_file, "sha256": b.sha256,
+            "modified": b.modified, "meta": b.meta, "queries": queries}
+
+
+def subsets_dump(session) -> list[dict[str, Any]]:
+    from store.models import Subset, SubsetMember
+
+    out = []
+    for sub in session.execute(sa.select(Subset).order_by(Subset.name)).scalars():
+        members = list(session.execute(sa.select(SubsetMember.member).where(SubsetMember.subset_id == sub.id)
+                                       .order_by(SubsetMember.member)).scalars())
+        out.append({"name": sub.name, "member_kind": sub.member_kind, "source_file": sub.source_file,
+                    "sha256": sub.sha256, "modified": sub.modified, "meta": sub.meta, "members": members})
+    return out
+
+
+# --------------------------------------------------------------------------- corpora
+
+
+def shipped_corpora() -> list[Path]:
+    """Corpus files shipped with the package (found by sha256)."""
+    from benchmarks import SHIPPED_DIR
+
+    return sorted(p for p in (SHIPPED_DIR / "data").glob("*/*") if p.name.endswith((".jsonl", ".jsonl.gz")))
+
+
+def cached_corpora() -> list[Path]:
+    """Corpus files in the local cache: ENGINES_CACHE_DIR/corpora/ (any name; matched by sha256)."""
+    from engines.local.common import cache_root
+
+    d = cache_root() / "corpora"
+    return sorted(p for p in d.glob("*") if p.name.endswith((".jsonl", ".jsonl.gz"))) if d.is_dir() else []
+
+
+def find_corpus_file(sha256: str, source: str | None, extra: Iterable[Path] = ()) -> Path | None:
+    """A local file whose sha256 is ``sha256``: ``extra`` first, then the source path, the local
+    Hugging Face cache (offline), the engines cache, and the corpora shipped with the package."""
+    import os
+
+    from store.corpus import sha256_file
+
+    candidates: list[Path] = [Path(p) for p in extra]
+    if source and not source.startswith("hf://"):
+        candidates.append(Path(source).expanduser())
+    if source and source.startswith("hf://"):
+        from store.corpus import resolve_source
+
+        old = os.environ.get("HF_HUB_OFFLINE")
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        try:
+            candidates.append(resolve_source(source).path)
+        except Exception:  # noqa: BLE001 - not in the local cache (or no huggingface_hub): look elsewhere
+            pass
+        finally:
+            if old is None:
+                os.environ.pop("HF_HUB_OFFLINE", None)
+            else:
+                os.environ["HF_HUB_OFFLINE"] = old
+    candidates += cached_corpora() + shipped_corpora()
+    sizes_seen: set[Path] = set()
+    for p in candidates:
+        try:
+            if p in sizes_seen or not p.is_file():
+                continue
+        except OSError:
+            continue
+        sizes_seen.add(p)
+        if sha256_file(p) == sha256:
+            return p
+    return None
+
+
+# --------------------------------------------------------------------------- publish
+
+
+@dataclass
+class PublishSummary:
+    path: Path
+    sha256: str = ""
+    bytes: int = 0
+    exchanges: int = 0
+    remote_systems: int = 0
+    runs: int = 0
+    corpus_embedded: bool = False
+    claim: dict[str, Any] = field(default_factory=dict)
+
+
+def _resource(writer, role: str, name: str, data: bytes, content_type: str, headers: dict[str, str]) -> None:
+    rec = writer.create_warc_record(f"{URN}{role}:{name}", "resource", payload=io.BytesIO(data), length=len(data),
+                                    warc_content_type=content_type, warc_headers_dict={H_ROLE: role, **headers})
+    writer.write_record(rec)
+
+
+def _hdr(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+
+
+def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus: bool = False,
+                   progress=None) -> PublishSummary:
+    """Score with ``options`` and write the leaderboard bundle to ``out`` (atomically)."""
+    from warcio.warcwriter import WARCWriter
+
+    from engines.registry import ENGINES
+    from store.bundle import _warc_date, _warcinfo_fields, _write_exchange, ExportSummary
+    from store.models import Answer, Benchmark, EngineConfig, Epoch, Exchange, Hit, Query
+    from store.types import utcnow
+
+    path = Path(out)
+    if not (path.name.endswith(".warc.gz") or path.name.endswith(".warc")):
+        raise InputError(f"--out {path}: name the bundle *.warc.gz (or *.warc for an uncompressed one)")
+    if not path.parent.exists():
+        raise InputError(f"directory {path.parent} for --out {path} does not exist; create it first")
+    result = run_score(db, options)
+    doc = result.to_json()
+    if not doc["systems"]:
+        raise InputError(f"no system has answers for benchmark {options['bench']!r} in these options: nothing to publish")
+    claim = claim_bytes(doc)
+    summary = PublishSummary(path=path, claim=doc)
+
+    # Rows without exchanges (local engines, imported runs: engine "run") travel as run records.
+    local = [s for s in doc["systems"] if s["local"] or s["engine"] == "run"]
+    remote = [s for s in doc["systems"] if s not in local]
+    corpus_specs = [doc["corpus"]["name"] + "@" + doc["corpus"]["revision"]]
+    corpus_specs += [s for s in (options["shared_with"] or []) if not _is_file_spec(s)]
+    corpus_specs += [s for s in (options["snapshots"] or {}).values() if not _is_file_spec(s)]
+    file_specs = [("shared-with", s) for s in (options["shared_with"] or []) if _is_file_spec(s)]
+    file_specs += [("snapshot", s) for s in (options["snapshots"] or {}).values() if _is_file_spec(s)]
+
+    from store.corpus import pick_corpus
+
+    with db.session() as s:
+        configs = list(s.execute(sa.select(EngineConfig).where(
+            EngineConfig.config_hash.in_(sorted({x["config_hash"] for x in remote}) or ["-"]))
+            .order_by(EngineConfig.id)).scalars())
+        epoch_sel = {c.id: sorted({x["epoch"] for x in remote if x["config_hash"] == c.config_hash}) for c in configs}
+        info = _warcinfo_fields(s, configs, epoch_sel) if configs else b""
+        for c in configs:
+            s.expunge(c)
+        bench = benchmark_dump(s, doc["benchmark"]["name"])
+        subsets = subsets_dump(s)
+        corpora = []
+        for spec in dict.fromkeys(corpus_specs):
+            k = pick_corpus(s, spec)
+            corpora.append({"name": k.name, "revision": k.revision, "sha256": k.sha256, "source": k.source,
+                            "row_count": k.row_count})
+        qid_of: dict[str, str] = {}
+        bench_id = s.execute(sa.select(Benchmark.id).where(Benchmark.name == doc["benchmark"]["name"])).scalar_one()
+        for qid, sha in s.execute(sa.select(Query.qid, Query.query_sha256).where(Query.benchmark_id == bench_id)
+                                  .order_by(Query.id)):
+            qid_of.setdefault(sha, qid)
+        runs = []
+        run_files: list[tuple[str, str, bytes]] = []
+        for sysdoc in local:
+            cfg = s.execute(sa.select(EngineConfig).where(EngineConfig.config_hash == sysdoc["config_hash"])).scalar_one()
+            ep = s.get(Epoch, (cfg.id, sysdoc["epoch"]))
+            ident = {"config_hash": cfg.config_hash, "engine": cfg.engine, "endpoint_version": cfg.endpoint_version,
+                     "params": cfg.params, "label": cfg.label, "local": bool(cfg.local), "result_cap": cfg.result_cap,
+                     "licence": cfg.licence, "epoch": sysdoc["epoch"],
+                     "epoch_label": ep.label if ep else None,
+                     "epoch_started": _warc_date(ep.started_at) if ep and ep.started_at else None}
+            answers = s.execute(sa.select(Answer.id, Answer.query_sha256, Answer.dropped_items).where(
+                Answer.config_id == cfg.id, Answer.epoch == sysdoc["epoch"], ~Answer.superseded)
+                .order_by(Answer.id)).all()
+            answers = [a for a in answers if a.query_sha256 in qid_of]
+            hits: dict[int, list[tuple[int, str]]] = {}
+            ids = [a.id for a in answers]
+            for i in range(0, len(ids), 900):
+                for aid, rank, name in s.execute(sa.select(Hit.answer_id, Hit.rank, Hit.name)
+                                                 .where(Hit.answer_id.in_(ids[i:i + 900]))):
+                    hits.setdefault(aid, []).append((rank, name))
+            rows = []
+            for a in answers:
+                hs = sorted(hits.get(a.id, []))
+                ranked: list[str | None] = [None] * (hs[-1][0] if hs else 0)
+                for rank, name in hs:
+                    ranked[rank - 1] = name
+                rows.append((qid_of[a.query_sha256], ranked, a.dropped_items or 0))
+            data = b"".join(run_lines(rows))
+            runs.append((ident, data))
+            # An imported run also carries the original file's bytes, when it is still there.
+            src, want = (cfg.params or {}).get("source"), (cfg.params or {}).get("sha256")
+            if cfg.engine == "run" and src and want and Path(src).is_file():
+                raw = Path(src).read_bytes()
+                if hashlib.sha256(raw).hexdigest() == want:
+                    run_files.append((cfg.config_hash, src, raw))
+
+    files = []
+    for role, spec in file_specs:
+        p = Path(spec).expanduser()
+        if not p.is_file():
+            raise InputError(f"--{role} {spec}: the file does not exist, so it cannot go into the bundle")
+        files.append((role, spec, p.read_bytes()))
+    embed: list[tuple[dict[str, Any], Path]] = []
+    if with_corpus:
+        for k in corpora:
+            found = find_corpus_file(k["sha256"], k["source"])
+            if found is None:
+                raise InputError(f"--with-corpus: the file of corpus {k['name']}@{k['revision']} (sha256 "
+                                 f"{k['sha256'][:12]}…, loaded from {k['source']}) is not on this machine; "
+                                 "put it back at that path (or in ENGINES_CACHE_DIR/corpora/), or publish without --with-corpus")
+            embed.append((k, found))
+
+    def sha(b: bytes) -> str:
+        return hashlib.sha256(b).hexdigest()
+
+    from engines import code_version
+
+    lines = [f"publish-format: {FORMAT}", f"publisher: engines/{code_version()}",
+             "claim: " + _hdr({"sha256": sha(claim), "options": options})]
+    for name in sorted(ENGINES):
+        lines.append("parser: " + _hdr({"engine": name, "parser_version": ENGINES[name].parser_version}))
+    for ident, data in runs:
+        lines.append("run: " + _hdr({**ident, "sha256": sha(data)}))
+    lines.append("benchmark-dump: " + _hdr({"name": bench["name"], "sha256": bench["sha256"]}))
+    for k in corpora:
+        lines.append("corpus-ref: " + _hdr({**k, "embedded": with_corpus}))
+    for role, spec, data in files:
+        lines.append("file: " + _hdr({"role": role, "spec": spec, "sha256": sha(data)}))
+    if not info:
+        from store.bundle import BUNDLE_FORMAT
+
+        info = (f"software: engines/{code_version()}\r\nformat: {BUNDLE_FORMAT}\r\nconformsTo: WARC/1.1\r\n"
+                f"created: {_warc_date(utcnow())}\r\n").encode()
+    info += ("\r\n".join(lines) + "\r\n").encode("utf-8")
+
+    ex = Exchange.__table__
+    cols = [ex.c.id, ex.c.config_id, ex.c.attempt, ex.c.epoch, ex.c.query_texts, ex.c.method, ex.c.url,
+            ex.c.request_headers, ex.c.request_body, ex.c.status_code, ex.c.response_headers, ex.c.response_body,
+            ex.c.transport_error, ex.c.sent_at, ex.c.finished_at, ex.c.elapsed_ms]
+    tmp = path.with_name(path.name + ".part")
+    exported = ExportSummary(path=path)
+    try:
+        with open(tmp, "wb") as fh:
+            writer = WARCWriter(fh, gzip=path.name.endswith(".gz"), warc_version="WARC/1.1")
+            writer.write_record(writer.create_warc_record(
+                path.name, "warcinfo", payload=io.BytesIO(info), length=len(info),
+                warc_content_type="application/warc-fields", warc_headers_dict={"WARC-Filename": path.name}))
+            _resource(writer, "claim", "score.json", claim, "application/json",
+                      {H_OPTIONS: _hdr(options), H_META: _hdr({"corpora": corpora, "code_version": doc["code_version"]})})
+            _resource(writer, "benchmark", bench["name"], claim_bytes(bench), "application/json",
+                      {H_META: _hdr({"name": bench["name"], "sha256": bench["sha256"]})})
+            _resource(writer, "subsets", "subsets", claim_bytes(subsets), "application/json", {})
+            for role, spec, data in files:
+                _resource(writer, "file", Path(spec).name, data, "text/plain", {H_META: _hdr({"role": role, "spec": spec})})
+            for h, src, raw in run_files:
+                _resource(writer, "run-file", Path(src).name, raw, "application/octet-stream",
+                          {H_META: _hdr({"config_hash": h, "source": src, "sha256": hashlib.sha256(raw).hexdigest()})})
+            for ident, data in runs:
+                _resource(writer, "run", f"{ident['config_hash']}@{ident['epoch']}", data, "application/jsonl",
+                          {H_RUN: _hdr(ident)})
+            for c in configs:
+                for epoch in epoch_sel[c.id]:
+                    q = sa.select(*cols).where(ex.c.config_id == c.id, ex.c.epoch == epoch).order_by(ex.c.sent_at, ex.c.id)
+                    with db.engine.connect() as conn:
+                        for row in conn.execution_options(stream_results=True, yield_per=1000).execute(q):
+                            _write_exchange(writer, row, c.config_hash, exported)
+                            if progress is not None:
+                                progress(exported.exchanges)
+            for k, p in embed:
+                size = p.stat().st_size
+                with open(p, "rb") as cf:
+                    rec = writer.create_warc_record(
+                        f"{URN}corpus:{k['name']}@{k['revision']}", "resource", payload=cf, length=size,
+                        warc_content_type="application/gzip" if p.name.endswith(".gz") else "application/jsonl",
+                        warc_headers_dict={H_ROLE: "corpus", H_META: _hdr({**k, "file": p.name})})
+                    writer.write_record(rec)
+        digest = hashlib.sha256()
+        with open(tmp, "rb") as fh:
+            while block := fh.read(1 << 20):
+                digest.update(block)
+        summary.sha256 = digest.hexdigest()
+        summary.bytes = tmp.stat().st_size
+        tmp.replace(path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    summary.exchanges = exported.exchanges
+    summary.remote_systems = len(remote)
+    summary.runs = len(runs)
+    summary.corpus_embedded = bool(embed)
+    return summary
