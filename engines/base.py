@@ -217,7 +217,13 @@ def _snippet(body: bytes, n: int = 160) -> str:
 
 try:
     import orjson as _orjson
-except ImportError:  # pragma: no cover - a dependency; json.loads alone is only slower
+    # Before 3.10 orjson had no nesting limit of its own: a body nested 200,000 deep overflowed
+    # the C stack (a segmentation fault, seen with 3.8.3). From 3.10 it refuses depth > 1024
+    # with JSONDecodeError, and such a body takes the json.loads path (a RecursionError there
+    # is a failed parse).
+    if tuple(int(p) for p in _orjson.__version__.split(".")[:2]) < (3, 10):
+        _orjson = None
+except (ImportError, ValueError):  # pragma: no cover - orjson is a dependency
     _orjson = None
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
 
