@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+
+from engines.base import config_hash
 from typer.testing import CliRunner
 
 from engines.cli import app
@@ -146,6 +148,9 @@ def test_a_failing_import_leaves_the_database_as_it_found_it(demo_db, tmp_path, 
         with db.session() as s, s.begin():
             cfg = s.execute(sa.select(EngineConfig).where(EngineConfig.engine == "leanfinder")).scalar_one()
             cfg.params = {**cfg.params, "frobnicate": 3}
+            # An honest bundle of such a configuration: its hash is that of its parameters
+            # (a hash that does not match is refused earlier, as a forged bundle).
+            cfg.config_hash = config_hash(cfg.params)
     finally:
         db.dispose()
     bundle = _export(f"sqlite:///{copy}", tmp_path / "odd.warc.gz")
