@@ -30,7 +30,9 @@ import asyncio
 import datetime as dt
 import email.utils
 import hashlib
+import math
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -39,11 +41,12 @@ import httpx
 import sqlalchemy as sa
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
-from crawler.pacing import Pacer
+from crawler.pacing import PAUSE_MAX, Pacer
 from crawler.writer import DirectWriter, Writer
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, redact_headers, redact_url
 from store.models import Answer, Exchange, ParseOutcome, WorkLease
 from store.names import normalize_name
+from store.text import clean_text
 from store.writes import encode_raw, write_hit_rows
 from store.types import utcnow
 
@@ -73,27 +76,54 @@ _LEASES_DONE = sa.delete(_LEASES).where(
 
 
 def _hhmm(t: float) -> str:
-    import datetime as dt
+    from store.text import utc_clock
 
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M:%S UTC")
+    return utc_clock(t, time.time(), seconds=True) + " UTC"
+
+
+# The longest pause a server's Retry-After can set: a server asking for more is asked
+# again after this (the value is untrusted input: "1e400" or "99999999999" must not
+# pause a host for ever, nor store Inf).
+RETRY_AFTER_MAX = PAUSE_MAX
+# The default --max-body: response bytes read at most (after decompression); the rest
+# is not read, the exchange is archived truncated and failed, not retried.
+MAX_BODY = 16 * 1024 * 1024
+_DELTA_SECONDS = re.compile(r"\d{1,20}(?:\.\d{1,9})?")
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date."""
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date,
+    capped at :data:`RETRY_AFTER_MAX`; None for anything else (``1e400``, ``-5``, ``nan``)."""
     if value is None:
         return None
     value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    if _DELTA_SECONDS.fullmatch(value):
+        return min(RETRY_AFTER_MAX, float(value))
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        wait = when.timestamp() - now if when is not None else None
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    if when is None:
+    if wait is None or not math.isfinite(wait):
         return None
-    return max(0.0, when.timestamp() - now)
+    return min(RETRY_AFTER_MAX, max(0.0, wait))
+
+
+class _Unstorable(Exception):
+    """Parsed answers the database refused (the exchange is archived with a failed outcome)."""
+
+
+async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
+    """The decoded body, at most ``cap`` bytes; True when more was sent (the rest is not read)."""
+    chunks: list[bytes] = []
+    n = 0
+    async for chunk in response.aiter_bytes():
+        if n + len(chunk) > cap:
+            chunks.append(chunk[:cap - n])
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        n += len(chunk)
+    return b"".join(chunks), False
 
 
 @dataclass
@@ -178,6 +208,7 @@ class Fetcher:
         seed: int | None = None,
         before_send: Callable[[list[str]], list[str]] | None = None,
         writer: Writer | DirectWriter | None = None,
+        max_body: int = MAX_BODY,
     ) -> None:
         self.db = db
         # Every write of an attempt goes through the writer: the crawl run's one writer
@@ -202,6 +233,7 @@ class Fetcher:
         self.attempts = 0
         self.exchanges = 0
         self.outages = 0  # outage answers seen by this fetcher
+        self.max_body = max_body
 
     # ------------------------------------------------------------------ public
 
@@ -316,12 +348,27 @@ class Fetcher:
         sent_wall = time.time()
         t0 = time.perf_counter()
         self.attempts += 1
+        # --timeout bounds the whole exchange, body included (httpx's own timeout is per
+        # read: a server dripping a byte a second would never hit it); the run's deadline
+        # too. The body is read up to --max-body (decompressed bytes).
+        budget = float(getattr(self.adapter, "timeout", None) or 60.0)
+        if self.pacer.deadline is not None:
+            budget = max(0.0, min(budget, self.pacer.deadline - time.time()))
+        truncated = False
         try:
-            response = await self.client.send(request)
-        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            async with asyncio.timeout(budget):
+                response = await self.client.send(request, stream=True)
+                try:
+                    body, truncated = await _read_capped(response, self.max_body)
+                finally:
+                    await response.aclose()
+        except (httpx.RequestError, TimeoutError) as exc:
             elapsed = (time.perf_counter() - t0) * 1000
             await corrected()
-            err = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+            if isinstance(exc, TimeoutError):
+                err = f"Timeout: the exchange took longer than {budget:g} s (--timeout or --deadline; body included)"
+            else:
+                err = clean_text(f"{type(exc).__name__}: {exc}".strip().rstrip(":"))
             await self._store(self._exchange(request, body_out, texts, attempt, sent_wall, elapsed,
                                              transport_error=err))
             self._failure(err)
@@ -331,9 +378,19 @@ class Fetcher:
         await corrected()
         status = response.status_code
         headers = dict(response.headers)
-        body = response.content
         exchange = self._exchange(request, body_out, texts, attempt, sent_wall, elapsed,
                                   status=status, response_headers=headers, response_body=body)
+        if truncated:
+            # Archived as far as read (exported with WARC-Truncated: length); a body this
+            # size is no answer, and asking again would read it again: failed, not retried.
+            exchange["body_truncated"] = True
+            msg = (f"HTTP {status}: body larger than --max-body ({self.max_body} bytes, decompressed); "
+                   "archived truncated, not parsed")
+            await self._store(exchange, parse_error=msg)
+            self.consecutive_failures = 0
+            outcome.failed = msg
+            self.on_event(f"{self.adapter.engine}: {msg} (not retried)")
+            return
 
         now = time.time()
         ra = parse_retry_after(response.headers.get("retry-after"), now) if (
@@ -348,7 +405,10 @@ class Fetcher:
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {msg}; host paused until {_hhmm(now + pause)}")
             raise Retryable(msg, retry_after=ra)
         outage_reason = getattr(self.adapter, "outage_reason", None)
-        reason = outage_reason(status, headers, body) if outage_reason is not None else None
+        try:
+            reason = outage_reason(status, headers, body) if outage_reason is not None else None
+        except Exception:  # noqa: BLE001 - a body the outage check chokes on is for the parser to judge
+            reason = None
         if reason is not None:
             await self._store(exchange)
             await self._outage(reason)
@@ -389,9 +449,12 @@ class Fetcher:
             self._failure(str(exc))
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {exc}")
             raise Retryable(str(exc)) from None
-        except Exception:
-            await self._store(exchange)
-            raise
+        except Exception as exc:  # noqa: BLE001 - whatever a body does to a parser is a failed parse
+            msg = clean_text(f"{self.adapter.engine}: the parser failed: {type(exc).__name__}: {exc}"[:500])
+            await self._store(exchange, parse_error=msg)
+            self._failure(msg)
+            self.on_event(f"{self.adapter.engine}: attempt {attempt}: {msg}")
+            raise Retryable(msg) from None
         self.consecutive_failures = 0
         clear_in = getattr(self.pacer.ledger, "clear_outage_in", None)
         # A good answer: the host is up again. Cleared in the answer's transaction when the
@@ -401,7 +464,12 @@ class Fetcher:
             if clear_in is not None:
                 def after(conn: sa.Connection) -> None:
                     clear_in(conn, self.pacer.host)
-        outcome.answered = await self._store(exchange, answers=(items, parsed, elapsed), after=after)
+        try:
+            outcome.answered = await self._store(exchange, answers=(items, parsed, elapsed), after=after)
+        except _Unstorable as exc:
+            outcome.failed = str(exc)
+            self.on_event(f"{self.adapter.engine}: {exc} (not retried)")
+            return
         if after is None and clear_in is None:
             await asyncio.to_thread(self.pacer.clear_outage)
 
@@ -451,6 +519,7 @@ class Fetcher:
             response_headers=redact_headers(response_headers) if response_headers is not None else None,
             response_body=response_body,
             transport_error=transport_error,
+            body_truncated=False,
             sent_at=dt.datetime.fromtimestamp(sent_wall, dt.timezone.utc),
             finished_at=utcnow(),
             elapsed_ms=round(elapsed_ms, 3),
@@ -489,7 +558,17 @@ class Fetcher:
             return write_answers_in(conn, parser_version, self.config_id, self.epoch, ex_id, items, parsed,
                                     latency, after=after)
 
-        done = await self.writer.run(op)
+        try:
+            done = await self.writer.run(op)
+        except Exception as exc:  # noqa: BLE001 - see below
+            if answers is None:
+                raise
+            # The database refused what the parser made of the body (the parse path
+            # cleans what it knows of, store.text): the exchange is archived all the same,
+            # with the refusal as its failed parse outcome.
+            msg = clean_text(f"{self.adapter.engine}: answers not storable: {type(exc).__name__}: {exc}"[:500])
+            await self._store(exchange, parse_error=msg)
+            raise _Unstorable(msg) from None
         self.exchanges += 1
         return done
 
@@ -497,7 +576,7 @@ class Fetcher:
 def write_parse_failure(conn: sa.Connection, exchange_id: int, parser_version: int, error: str) -> None:
     """The ``parse_outcomes`` row of a body that gave no answers (in the caller's transaction)."""
     conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=parser_version, ok=False,
-                              error=error, dropped_items=0, drop_reason=None))
+                              error=clean_text(error), dropped_items=0, drop_reason=None))
 
 
 def write_answers(db, *args: Any, **kw: Any) -> list[str]:
@@ -532,7 +611,8 @@ def write_answers_in(
     answer = _ANSWER["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
     hit_rows: list[tuple] = []
     conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=parser_version, ok=True,
-                              error=None, dropped_items=sum(drops), drop_reason=reason))
+                              error=None, dropped_items=sum(drops),
+                              drop_reason=None if reason is None else clean_text(reason)))
     for (sha, text), hits, dropped in zip(items, parsed, drops):
         answer_id = conn.execute(answer, dict(
             config_id=config_id, query_text=text, query_sha256=sha, epoch=epoch, exchange_id=exchange_id,

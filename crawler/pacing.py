@@ -41,8 +41,12 @@ import sqlalchemy as sa
 from crawler.writer import on_rollback
 from engines.base import Rate
 from engines.base import parse_rate as _parse_rate
+from store.text import clean_text
 
 T = TypeVar("T")
+
+# The longest pause stored for a host (seconds from now): a Retry-After is untrusted input.
+PAUSE_MAX = 86400.0
 
 # ------------------------------------------------------------------------- rates
 
@@ -578,7 +582,7 @@ class DbLedger:
                 since = since if since is not None else now
                 until = max(paused or 0.0, now + outage_backoff(count, initial, cap, u))
                 conn.execute(sa.update(hs).where(hs.c.host == host).values(
-                    paused_until=until, outage_since=since, outage_reason=reason[:1000], outage_count=count,
+                    paused_until=until, outage_since=since, outage_reason=clean_text(reason[:1000]), outage_count=count,
                     updated_at=utcnow()))
         if host in self._paused:
             self._paused[host], self._outage[host] = until, True
@@ -763,8 +767,10 @@ class Pacer:
         self.ledger.write_departures(self.host)
 
     def pause(self, until: float) -> None:
-        """Hold every send to this host until ``until`` (429 / Retry-After)."""
-        self.ledger.pause(self.host, until)
+        """Hold every send to this host until ``until`` (429 / Retry-After), at most
+        :data:`PAUSE_MAX` from now (a server asking for more is asked again then)."""
+        cap = self.clock.now() + PAUSE_MAX
+        self.ledger.pause(self.host, until if math.isfinite(until) and until < cap else cap)
 
     def outage(self, reason: str, initial: float, cap: float, u: float) -> tuple[float, float, int]:
         """The host answered "down": pause it with growing backoff; (until, since, count)."""

@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
-from crawler.fetch import EngineBroken, Fetcher, RetryPolicy, write_answers_in, write_parse_failure
+from crawler.fetch import MAX_BODY, EngineBroken, Fetcher, RetryPolicy, write_answers_in, write_parse_failure
 from crawler.writer import Writer
 from crawler.pacing import DbLedger, DeadlineReached, Pacer, SystemClock
 from crawler.plan import Counts, WorkQueue, benchmark_texts, current_epoch
@@ -47,6 +47,7 @@ from store.epochs import is_older_than, open_epoch, settle_epoch
 from store.errors import UserError
 from store.models import Crawl, Exchange, ParseOutcome
 from store.types import utcnow
+from store.text import escaped
 
 EXIT_OK = 0
 EXIT_WORK_REMAINS = 3
@@ -84,6 +85,7 @@ class CrawlOptions:
     stand_ins: dict[str, dict[str, Any]] = field(default_factory=dict)
     epoch_label: str | None = None  # label of the epoch this run crawls (default: date of its first send)
     refresh_if_older: float | None = None  # seconds: open a new epoch only when the newest began earlier
+    max_body: int = MAX_BODY  # response bytes read at most (decompressed); the rest: archived truncated, failed
 
 
 @dataclass
@@ -188,7 +190,14 @@ class EtaEstimator:
 
 
 def fmt_clock(unix_seconds: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(unix_seconds))
+    """HH:MM:SS local time, with the date when it is not today; never raises (a stored
+    pause from an untrusted Retry-After may be absurd)."""
+    try:
+        when = time.localtime(unix_seconds)
+    except (OverflowError, ValueError, OSError):
+        return "(a time beyond the calendar)"
+    fmt = "%H:%M:%S" if when[:3] == time.localtime()[:3] else "%Y-%m-%d %H:%M:%S"
+    return time.strftime(fmt, when)
 
 
 class Reporter:
@@ -210,7 +219,9 @@ class Reporter:
         self.last_eta: dict[str, float] = {}  # engine → the last ETA shown, in seconds
 
     def log(self, message: str) -> None:
-        print(message, file=self.stream, flush=True)
+        # Remote content (a body snippet, a hit name, an outage reason) reaches log lines:
+        # control characters are shown escaped, terminal or not (store.text.escaped).
+        print(escaped(message), file=self.stream, flush=True)
 
     def set_pace(self, engine: str, seconds_per_request: float | None) -> None:
         """The crawl's measured seconds per request at its current concurrency."""
@@ -266,7 +277,7 @@ class RichReporter(Reporter):
         self.progress.start()
 
     def log(self, message: str) -> None:
-        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
+        self.console.print(escaped(message), markup=False, highlight=False, soft_wrap=True)
 
     def start(self, engine: str, counts: Counts, interval: float, batch: int, *,
               todo: int | None = None, paused_until: float | None = None) -> None:
@@ -506,6 +517,7 @@ def recover_unparsed(db, eng: _Engine, *, min_age: float) -> int:
             for ex_id, texts, status, headers, body, elapsed, finished in rows:
                 if finished is not None and finished.timestamp() > cutoff:
                     continue  # possibly another worker's exchange being parsed right now
+                error = None
                 try:
                     parsed = eng.adapter.parse(list(texts), status, headers or {}, body or b"")
                     if len(parsed) != len(texts):
@@ -513,11 +525,14 @@ def recover_unparsed(db, eng: _Engine, *, min_age: float) -> int:
                 except (EngineParseError, EngineHTTPError, EngineOutage) as exc:
                     # An outage body answers nothing: its texts stay due and the crawl sends them again.
                     error = f"outage: {exc}" if isinstance(exc, EngineOutage) else str(exc)
-                    write_parse_failure(conn, ex_id, eng.adapter.parser_version, error)
+                except Exception as exc:  # noqa: BLE001 - a body that crashes the parser must not stop every later run
+                    error = f"{eng.adapter.engine}: the parser failed: {type(exc).__name__}: {exc}"[:500]
+                if error is None:
+                    items = [(query_sha256(t), t) for t in texts]
+                    recovered += len(write_answers_in(conn, eng.adapter.parser_version, eng.config_id, eng.epoch,
+                                                      ex_id, items, parsed, elapsed))
                     continue
-                items = [(query_sha256(t), t) for t in texts]
-                recovered += len(write_answers_in(conn, eng.adapter.parser_version, eng.config_id, eng.epoch, ex_id,
-                                                  items, parsed, elapsed))
+                write_parse_failure(conn, ex_id, eng.adapter.parser_version, error)
     return recovered
 
 
@@ -801,7 +816,7 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
                 fetchers.append((eng, Fetcher(db, eng.adapter, client, pacer, config_id=eng.config_id,
                                               epoch=eng.epoch, crawl_id=crawl_id, policy=opts.policy,
                                               on_event=reporter.log, before_send=eng.queue.keep_due,
-                                              writer=writer)))
+                                              writer=writer, max_body=opts.max_body)))
             for eng, fetcher in fetchers:
                 fetcher.pacer = pacers[eng.adapter.host]
                 eng.result.counts = eng.queue.counts()

@@ -33,6 +33,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 import httpx
 
 from engines import __version__
+from store.text import clean_json
 
 USER_AGENT = f"engines/{__version__} (Lean/Mathlib search benchmark harness; +https://github.com/engines-bench/engines)"
 
@@ -258,10 +259,14 @@ def decode_json_body(engine: str, status_code: int, headers: Mapping[str, str], 
     except UnicodeDecodeError as exc:
         raise EngineParseError(f"{engine}: body is not UTF-8: {exc}") from None
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         kind = "truncated" if exc.pos >= len(text.rstrip()) - 1 else "malformed"
         raise EngineParseError(f"{engine}: {kind} JSON at char {exc.pos}: {exc.msg}") from None
+    except (RecursionError, ValueError, MemoryError) as exc:  # nested 200,000 deep, a huge number
+        raise EngineParseError(f"{engine}: JSON the decoder cannot take: {type(exc).__name__}: {exc}"[:300]) from None
+    # NUL and lone surrogates only come from \u escapes: stored as U+FFFD (store.text).
+    return clean_json(data) if b"\\u" in body else data
 
 
 def decode_json_object(engine: str, status_code: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
@@ -345,7 +350,9 @@ class RemoteAdapter:
     def host(self) -> str:
         from urllib.parse import urlsplit
 
-        return urlsplit(self.base_url).netloc
+        # host[:port] only: credentials in --url (user:password@) are sent, never stored
+        # (host_state, send_log) nor printed.
+        return urlsplit(self.base_url).netloc.rpartition("@")[2]
 
     def identity(self) -> dict[str, Any]:
         ident: dict[str, Any] = {

@@ -260,6 +260,9 @@ class Exchange(Base):
     sent_at: Mapped[dt.datetime] = mapped_column()
     finished_at: Mapped[dt.datetime | None] = mapped_column(default=None)
     elapsed_ms: Mapped[float | None] = mapped_column(Float, default=None)
+    # The body was longer than --max-body: response_body holds its first bytes only
+    # (exported with WARC-Truncated: length).
+    body_truncated: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
 
 
 class ParseOutcome(Base):

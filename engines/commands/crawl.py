@@ -40,6 +40,23 @@ def parse_duration(text: str) -> float:
     return total
 
 
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?")
+_SIZE_UNIT = {None: 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024 ** 2, "mb": 1000 ** 2,
+              "mib": 1024 ** 2, "g": 1024 ** 3, "gb": 1000 ** 3, "gib": 1024 ** 3}
+MAX_BODY_LIMIT = 1024 ** 3  # --max-body at most 1 GiB: the body is held in memory and archived
+
+
+def parse_size(text: str, what: str = "--max-body") -> int:
+    """``16MiB``, ``500kB``, ``65536`` → bytes (1..1 GiB)."""
+    m = _SIZE.fullmatch(text.strip().lower())
+    if not m:
+        raise InputError(f"{what} {text!r}: cannot parse a size; write e.g. 16MiB, 500kB or 65536")
+    n = int(float(m.group(1)) * _SIZE_UNIT[m.group(2)])
+    if not 1 <= n <= MAX_BODY_LIMIT:
+        raise InputError(f"{what} {text!r}: must be between 1 byte and 1GiB")
+    return n
+
+
 def _pairs(values: list[str], what: str, example: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for v in values or []:
@@ -83,6 +100,9 @@ def crawl_cmd(
              "pacing interval, up to 8; the rate limit holds either way)."),
     margin: Optional[float] = typer.Option(
         None, "--margin", min=0.0, help="Pacing safety margin in seconds added to the window (default 1% of T + 5 ms, 100 ms..1 s)."),
+    max_body: str = typer.Option(
+        "16MiB", "--max-body",
+        help="Most response bytes read (decompressed); a longer body is archived truncated and fails, not retried."),
     max_pause: str = typer.Option(
         "30m", "--max-pause", help="Longest host pause (Retry-After, outage backoff) this run waits out; a longer one stops that engine (exit 3)."),
 ) -> None:
@@ -119,7 +139,7 @@ def crawl_cmd(
         deadline=parse_duration(deadline) if deadline else None, refresh=refresh, all_styles=all_styles,
         retry_failed=retry_failed, lease_ttl=lease_ttl, timeout=timeout, margin=margin, sample=sample, seed=seed,
         epoch_label=epoch_label, refresh_if_older=parse_duration(refresh_if_older) if refresh_if_older else None,
-        concurrency=concurrency,
+        concurrency=concurrency, max_body=parse_size(max_body),
         policy=RetryPolicy(max_attempts=max_attempts, backoff_initial=backoff, breaker_threshold=breaker,
                            retry_after_cap=parse_duration(max_pause)),
     )
@@ -240,10 +260,13 @@ def _sample_table(db, bench: str | None) -> Table | None:
     return table
 
 
-def _hhmm(t: float) -> str:
-    import datetime as dt
+def _hhmm(t: float, now: float | None = None) -> str:
+    """HH:MM (UTC), with the date when it is not today (store.text.utc_clock)."""
+    import time
 
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M")
+    from store.text import utc_clock
+
+    return utc_clock(t, time.time() if now is None else now)
 
 
 def host_lines(db, configs, now: float | None = None) -> list[str]:  # noqa: ANN001
@@ -259,20 +282,22 @@ def host_lines(db, configs, now: float | None = None) -> list[str]:  # noqa: ANN
     for cfg in configs:
         cls = ENGINES.get(cfg.engine)
         url = (cfg.params or {}).get("base_url") or (cls.DEFAULT_URL if cls is not None else "")
-        host = urlsplit(url).netloc
+        host = urlsplit(url).netloc.rpartition("@")[2]
         if host and cfg.engine not in names.setdefault(host, []):
             names[host].append(cfg.engine)
     with db.session() as s:
         rows = s.execute(sa.select(HostState.host, HostState.paused_until, HostState.outage_since,
                                    HostState.outage_reason)).all()
+    from store.text import escaped
+
     out = []
     for host, paused, since, reason in rows:
         who = ", ".join(names.get(host, [])) or host
         if since is not None:
-            nxt = f", next try {_hhmm(paused)}" if paused is not None and paused > now else ", next try now"
-            out.append(f"{who}: outage since {_hhmm(since)}{nxt} (UTC; {reason})")
+            nxt = f", next try {_hhmm(paused, now)}" if paused is not None and paused > now else ", next try now"
+            out.append(escaped(f"{who}: outage since {_hhmm(since, now)}{nxt} (UTC; {reason})"))
         elif paused is not None and paused > now:
-            out.append(f"{who}: paused until {_hhmm(paused)} (UTC; the server's Retry-After)")
+            out.append(escaped(f"{who}: paused until {_hhmm(paused, now)} (UTC; the server's Retry-After)"))
     return out
 
 
