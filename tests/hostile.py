@@ -89,6 +89,10 @@ class Hostile:
                 ready.set()
                 await self._stop.wait()
                 server.close()
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
             loop.run_until_complete(main())
             loop.close()

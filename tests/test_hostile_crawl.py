@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import gzip
+import functools
+import zlib
 import io
+import json
 import math
 import time
 
@@ -18,12 +20,12 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from benchmarks import shipped_path
 from crawler.fetch import RETRY_AFTER_MAX, RetryPolicy, parse_retry_after
 from crawler.run import CrawlOptions, Reporter, run_crawl
 from engines.base import Rate
 from engines.cli import app
 from store.benchmarks import load_benchmark_file
+from store.corpus import load_corpus
 from store.db import open_database
 from store.models import Answer, Exchange, Hit, HostState, ParseOutcome, SendLog
 from store.text import clean_json, escaped, utc_clock
@@ -44,24 +46,27 @@ class Lines(Reporter):
         return self.buf.getvalue()
 
 
-@pytest.fixture
-def mpr(any_db_url: str) -> str:
-    db = open_database(any_db_url)
+def _tiny_bench(url: str, tmp_path) -> str:
+    """A three-text MathlibQR-format benchmark (loading the shipped one costs seconds)."""
+    path = tmp_path / "MathlibQR.json"
+    path.write_text(json.dumps([{"id": f"t{i}", "full_name": f"Nat.x{i}", "q1c_natural": f"text {i}"}
+                                for i in range(3)]))
+    db = open_database(url)
     try:
-        load_benchmark_file(db, shipped_path("MathlibMPR.json"))
+        load_benchmark_file(db, path, name="tiny", allow_modified=True)
     finally:
         db.dispose()
-    return any_db_url
+    return url
 
 
 @pytest.fixture
-def mpr_sqlite(sqlite_url: str) -> str:
-    db = open_database(sqlite_url)
-    try:
-        load_benchmark_file(db, shipped_path("MathlibMPR.json"))
-    finally:
-        db.dispose()
-    return sqlite_url
+def mpr(any_db_url: str, tmp_path) -> str:
+    return _tiny_bench(any_db_url, tmp_path)
+
+
+@pytest.fixture
+def mpr_sqlite(sqlite_url: str, tmp_path) -> str:
+    return _tiny_bench(sqlite_url, tmp_path)
 
 
 def crawl(url: str, base: str, *, limit: int = 1, attempts: int = 1, **kw):
@@ -70,7 +75,7 @@ def crawl(url: str, base: str, *, limit: int = 1, attempts: int = 1, **kw):
     policy = RetryPolicy(max_attempts=attempts, backoff_initial=0.01, backoff_max=0.05,
                          retry_after_cap=kw.pop("retry_after_cap", 1800.0))
     try:
-        opts = CrawlOptions(engines=["loogle"], bench="mathlibmpr", rates={"*": RATE}, urls={"loogle": base},
+        opts = CrawlOptions(engines=["loogle"], bench="tiny", rates={"*": RATE}, urls={"loogle": base},
                             policy=policy, limit=limit, margin=0.05, **kw)
         summary = run_crawl(db, opts, rep)
     finally:
@@ -164,8 +169,16 @@ def test_clean_json_is_iterative_and_leaves_clean_values_alone() -> None:
 # ------------------------------------------------------------------- size and time
 
 
-def test_a_gzip_bomb_is_read_up_to_max_body_archived_truncated_and_not_retried(mpr: str) -> None:
-    bomb = gzip.compress(b"\0" * (200 * 1024 * 1024), compresslevel=9)  # 200 MiB from ~200 KB
+@functools.cache
+def _bomb(mib: int = 32) -> bytes:
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip framing
+    block = bytes(1024 * 1024)
+    return b"".join([*(z.compress(block) for _ in range(mib)), z.flush()])
+
+
+def test_a_gzip_bomb_is_read_up_to_max_body_archived_truncated_and_not_retried(mpr_sqlite: str) -> None:
+    mpr = mpr_sqlite  # the reader is the same on both backends
+    bomb = _bomb()  # 32 MiB from 32 KB
     cap = 1024 * 1024
     with Hostile(lambda i: response(bomb, headers={"Content-Encoding": "gzip"})) as srv:
         summary, rep = crawl(mpr, srv.url, attempts=3, max_body=cap)  # before: the whole 200 MiB in memory
@@ -247,8 +260,15 @@ def test_utc_clock_shows_the_date_when_not_today_and_never_raises() -> None:
     assert utc_clock(math.nan, now) == "(not a time)"
 
 
-@pytest.mark.parametrize("value", ["1e400", "99999999999"])
-def test_a_huge_retry_after_pauses_the_host_24_hours_at_most(mpr: str, value: str, monkeypatch) -> None:
+def test_a_huge_retry_after_pauses_the_host_24_hours_at_most(mpr: str, monkeypatch) -> None:
+    _huge_retry_after(mpr, "99999999999", monkeypatch)
+
+
+def test_retry_after_1e400_stores_no_inf(mpr_sqlite: str, monkeypatch) -> None:
+    _huge_retry_after(mpr_sqlite, "1e400", monkeypatch)  # the parse is the same on both backends
+
+
+def _huge_retry_after(mpr: str, value: str, monkeypatch) -> None:
     reply = response(b'{"error": "slow down"}', status=429, headers={"Retry-After": value})
     before = time.time()
     with Hostile(lambda i: reply) as srv:
@@ -304,3 +324,35 @@ def test_credentials_in_url_are_sent_but_never_stored_or_printed(mpr: str) -> No
     assert hosts and all(h == f"127.0.0.1:{srv.port}" for h in hosts), hosts  # before: alice:S3cretPW@...
     url, = rows(mpr, sa.select(Exchange.url))[0]
     assert "S3cretPW" not in url and "alice" not in url
+
+
+def test_terminal_escapes_in_hit_names_are_escaped_by_sql_drift_and_status(mpr_sqlite: str, monkeypatch,
+                                                                              tmp_path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"name": ["Nat", f"x{i}"], "kind": "theorem"}) + "\n" for i in range(3)))
+    db = open_database(mpr_sqlite)
+    try:
+        load_corpus(db, str(corpus), name="tiny", revision="r1")
+    finally:
+        db.dispose()
+    evil = "\x1b]0;pwned\x07\x1b[2J"
+    bodies = [loogle_body([f"Nat.x{i % 3}", f"{evil}Nat.fake{i}"]) for i in range(6)]
+    with Hostile(lambda i: response(bodies[i])) as srv:
+        crawl(mpr_sqlite, srv.url, limit=3)
+        crawl(mpr_sqlite, srv.url, limit=3, refresh=True)  # a second epoch, for drift
+    outage = response(b"\x1b]0;owned\x07 down for maintenance", status=503, ctype="text/plain")
+    with Hostile(lambda i: outage) as srv2:
+        crawl(mpr_sqlite, srv2.url, retry_after_cap=0.01)  # an outage reason from the body in host_state
+    monkeypatch.setenv("ENGINES_DATABASE_URL", mpr_sqlite)
+    runner = CliRunner()
+    outputs = {
+        "sql": runner.invoke(app, ["sql", "SELECT name FROM hits ORDER BY id"]),
+        "drift": runner.invoke(app, ["drift", "loogle", "--bench", "tiny", "--top", "3"]),
+        "status": runner.invoke(app, ["status"]),
+    }
+    for cmd, res in outputs.items():
+        assert res.exit_code == 0, (cmd, res.output)
+        assert "\x1b" not in res.output and "\x07" not in res.output, (cmd, res.output)
+    assert "\\x1b]0;pwned\\x07" in outputs["sql"].output
+    assert "\\x1b]0;pwned" in outputs["drift"].output
+    assert "\\x1b]0;owned" in outputs["status"].output

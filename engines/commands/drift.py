@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from engines.commands.common import get_db, info, out_console
+from store.text import escaped
 
 
 def _f(x, digits: int = 3) -> str:
@@ -58,8 +59,10 @@ def print_drift(doc: dict, console: Console) -> None:
         for qid in doc["most_changed"]:
             r = rows[qid]
             gold = f"{r['gold_before'] or '—'} → {r['gold_after'] or '—'}"
-            t.add_row(escape(qid), _f(r["rbo"]), _f(r["jaccard@10"]), gold,
-                      escape("\n".join(r["top_before"]) or "(empty)"), escape("\n".join(r["top_after"]) or "(empty)"))
+            # Hit names are remote text: control characters shown escaped (store.text).
+            t.add_row(escape(escaped(qid)), _f(r["rbo"]), _f(r["jaccard@10"]), escaped(gold),
+                      escape("\n".join(map(escaped, r["top_before"])) or "(empty)"),
+                      escape("\n".join(map(escaped, r["top_after"])) or "(empty)"))
         console.print(t)
     elif doc["n_common"]:
         console.print("no query's list changed between the two epochs (compared over first occurrences)")

@@ -26,6 +26,7 @@ from rich.table import Table
 
 from engines.commands.common import info, out_console
 from store.db import check_sqlite_file
+from store.text import escaped
 from store.errors import DatabaseError, UserError
 
 EXIT_REFUSED = 2
@@ -362,9 +363,9 @@ def _run(ctx, query, max_width, tsv, timeout, max_rows, database_url) -> None:  
         for r in rows:
             print("\t".join(_cell(v, max_width).replace("\t", " ") for v in r))
     else:
-        table = Table(*(escape(c) for c in cols))
-        for r in rows:
-            table.add_row(*(escape(_cell(v, max_width)) for v in r))
+        table = Table(*(escape(escaped(c)) for c in cols))
+        for r in rows:  # remote text (hit names, bodies) may hold terminal escapes: shown escaped
+            table.add_row(*(escape(escaped(_cell(v, max_width))) for v in r))
         out_console.print(table)
     if isinstance(cut, str):
         info(cut)
