@@ -211,7 +211,7 @@ def export_bundle(
     ex = Exchange.__table__
     cols = [ex.c.id, ex.c.config_id, ex.c.attempt, ex.c.epoch, ex.c.query_texts, ex.c.method, ex.c.url,
             ex.c.request_headers, ex.c.request_body, ex.c.status_code, ex.c.response_headers, ex.c.response_body,
-            ex.c.transport_error, ex.c.sent_at, ex.c.finished_at, ex.c.elapsed_ms]
+            ex.c.transport_error, ex.c.sent_at, ex.c.finished_at, ex.c.elapsed_ms, ex.c.body_truncated]
     try:
         with open(tmp, "wb") as fh:
             writer = WARCWriter(fh, gzip=path.name.endswith(".gz"), warc_version="WARC/1.1")
@@ -275,7 +275,9 @@ def _write_exchange(writer, row, config_hash: str, summary: ExportSummary) -> No
         second = writer.create_warc_record(
             url, "response", payload=io.BytesIO(body), length=len(body),
             http_headers=_http_response_block(row.status_code, dict(row.response_headers or {}), len(body)),
-            warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": req_id},
+            # A body cut at --max-body says so (WARC 1.1 §5.13).
+            warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": req_id,
+                               **({"WARC-Truncated": "length"} if row.body_truncated else {})},
         )
     req.rec_headers.add_header("WARC-Concurrent-To", second.rec_headers.get_header("WARC-Record-ID"))
     writer.write_record(req)
@@ -726,7 +728,7 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
                                     else {k.lower(): v for k, v in req.http_headers}),
                 "request_body": body, "sent_at": sent_at, "finished_at": finished,
                 "elapsed_ms": elapsed, "status_code": None, "response_headers": None, "response_body": None,
-                "transport_error": None,
+                "transport_error": None, "body_truncated": False,
             }
             if second.type == "metadata":
                 try:
@@ -741,6 +743,7 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
                     raise BadBundle(f"{label}: {second.name()} has no HTTP status line; nothing was imported") from None
                 row["response_headers"] = _restore_headers(second.http_headers, ours)
                 row["response_body"] = second.body
+                row["body_truncated"] = bool(second.headers.get("WARC-Truncated"))
             rows.append(row)
             summary.exchanges_read += 1
             held[0] += len(row["response_body"] or b"") + len(body or b"")

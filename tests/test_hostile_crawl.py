@@ -176,7 +176,8 @@ def _bomb(mib: int = 32) -> bytes:
     return b"".join([*(z.compress(block) for _ in range(mib)), z.flush()])
 
 
-def test_a_gzip_bomb_is_read_up_to_max_body_archived_truncated_and_not_retried(mpr_sqlite: str) -> None:
+def test_a_gzip_bomb_is_read_up_to_max_body_archived_truncated_and_not_retried(mpr_sqlite: str, tmp_path,
+                                                                                monkeypatch) -> None:
     mpr = mpr_sqlite  # the reader is the same on both backends
     bomb = _bomb()  # 32 MiB from 32 KB
     cap = 1024 * 1024
@@ -188,6 +189,16 @@ def test_a_gzip_bomb_is_read_up_to_max_body_archived_truncated_and_not_retried(m
     (ok, error), = rows(mpr, sa.select(ParseOutcome.ok, ParseOutcome.error))
     assert ok is False and "--max-body" in error
     assert summary.results[0].failed_now == 1 and summary.exit_code == 3
+    # Exported with WARC-Truncated: length; imported back as truncated.
+    monkeypatch.setenv("ENGINES_DATABASE_URL", mpr)
+    res = CliRunner().invoke(app, ["export", "--out", str(tmp_path / "b.warc")])
+    assert res.exit_code == 0, res.output
+    assert b"WARC-Truncated: length\r\n" in (tmp_path / "b.warc").read_bytes()
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    monkeypatch.setenv("ENGINES_DATABASE_URL", other)
+    res = CliRunner().invoke(app, ["import", str(tmp_path / "b.warc")])
+    assert res.exit_code == 0, res.output
+    assert rows(other, sa.select(Exchange.body_truncated)) == [(True,)]
     answers_normally(mpr)
 
 
