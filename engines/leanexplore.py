@@ -48,7 +48,8 @@ class LeanExploreAdapter(RemoteAdapter):
     engine = "leanexplore"
     endpoint_version = "api-v2-search"
     # 2: tolerant items; `{}` is an empty answer; v1 statement groups parse.
-    parser_version = 2
+    # 3: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
+    parser_version = 3
     DEFAULT_URL = "https://www.leanexplore.com/api/v2"
     PARAMS = {"packages": None}
     SECRET_ENVS = (API_KEY_ENV,)

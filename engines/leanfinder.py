@@ -70,7 +70,8 @@ class LeanFinderAdapter(RemoteAdapter):
     engine = "leanfinder"
     endpoint_version = "hf-endpoint-inputs-v1"
     # 2: tolerant items (no Lean name, null item: dropped, ranks kept).
-    parser_version = 2
+    # 3: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
+    parser_version = 3
     DEFAULT_URL = "https://bxrituxuhpc70w8w.us-east-1.aws.endpoints.huggingface.cloud"
     PARAMS = {"version": DEFAULT_VERSION}
     defaults = EngineDefaults(rate=Rate(10, 30.0), timeout=30.0, result_cap=None, batch_size=1, num_results=50)

@@ -85,7 +85,8 @@ class LeanSearchAdapter(RemoteAdapter):
     engine = "leansearch"
     endpoint_version = "post-search-v1"
     # 2: tolerant items (a bad item is dropped, ranks kept); the legacy flat list parses.
-    parser_version = 2
+    # 3: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
+    parser_version = 3
     DEFAULT_URL = "https://leansearch.net"
     MAX_BATCH = None
     MAX_NUM_RESULTS = MAX_NUM_RESULTS

@@ -67,7 +67,8 @@ def error_message(data: Any) -> str | None:
 class LeanStateSearchAdapter(RemoteAdapter):
     engine = "leanstatesearch"
     endpoint_version = "get-api-search-v1"
-    parser_version = 1
+    # 2: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
+    parser_version = 2
     DEFAULT_URL = "https://premise-search.com"
     PARAMS = {"rev": DEFAULT_REV}
     defaults = EngineDefaults(rate=Rate(6, 30.0), timeout=20.0, result_cap=None, batch_size=1, num_results=50)

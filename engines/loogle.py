@@ -43,7 +43,8 @@ class LoogleAdapter(RemoteAdapter):
     engine = "loogle"
     endpoint_version = "get-json-q"
     # 2: tolerant items; a restarting backend is an outage, not a failed query.
-    parser_version = 2
+    # 3: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
+    parser_version = 3
     DEFAULT_URL = "https://loogle.lean-lang.org"
     defaults = EngineDefaults(rate=Rate(3, 30.0), timeout=20.0, result_cap=MAX_HITS, batch_size=1, num_results=MAX_HITS)
 
