@@ -10,14 +10,19 @@ moment (before the response, so other workers' windows see it); the exchange
 committed with its parse outcome (a ``parse_outcomes`` row for every parse) and its
 answers in one transaction of the crawl's writer (:mod:`crawler.writer`, group commit):
 no answer exists without its archived body, and a parser that crashes still leaves the
-exchange archived. Parse errors never create an answer.
+exchange archived. Parse errors never create an answer. Nothing a server sends raises
+out of here (issue 21): a body the parser or the database cannot take is archived with
+a failed parse outcome naming the reason.
 
 Classification:
 
 - transport errors, timeouts, 408, 429, 5xx, and 2xx bodies that do not parse (HTML
   page, truncated or malformed JSON, schema drift) are retried with jittered
   exponential backoff (tenacity); a ``Retry-After`` (seconds or HTTP date) on 429/503
-  pauses the whole host and sets the wait, clamped to [T/n, ``retry_after_cap``];
+  pauses the whole host and sets the wait (at most 24 h stored: :data:`RETRY_AFTER_MAX`);
+- ``--timeout`` bounds the whole exchange, body included (a transport error when it
+  runs out); a body longer than ``--max-body`` (decompressed) is read that far, archived
+  truncated (``exchanges.body_truncated``) and failed, not retried;
 - other 3xx/4xx, and errors the engine reports inside a 2xx body, are permanent for
   that query: recorded, not retried;
 - a circuit breaker counts consecutive failed attempts of the engine (429s excluded:
@@ -430,7 +435,8 @@ class Fetcher:
 
         # The body is parsed in memory and committed with its exchange in one transaction:
         # an answer never exists without its archived body, and a parser that crashes
-        # (a bug, not a bad body) still leaves the exchange archived for `engines reparse`.
+        # (a bug, or a body it cannot take) leaves the exchange archived with a failed
+        # outcome (retried like a parse error; `engines reparse` once the bug is fixed).
         try:
             parsed = self.adapter.parse(texts, status, headers, body)
             if len(parsed) != len(texts):

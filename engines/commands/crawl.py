@@ -151,8 +151,10 @@ def crawl_cmd(
         reporter.close()
         info("interrupted: every finished exchange is archived; run the same command again to resume")
         raise typer.Exit(130) from None
+    from store.text import escaped
+
     for line in summary_lines(summary):
-        info(line)
+        info(escaped(line))  # a stop reason may quote a server's body
     raise typer.Exit(summary.exit_code)
 
 
