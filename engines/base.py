@@ -33,7 +33,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 import httpx
 
 from engines import __version__
-from store.text import clean_json
+from store.text import clean_json, clean_text
 
 USER_AGENT = f"engines/{__version__} (Lean/Mathlib search benchmark harness; +https://github.com/engines-bench/engines)"
 
@@ -212,7 +212,7 @@ def redact_url(url: str) -> str:
 
 
 def _snippet(body: bytes, n: int = 160) -> str:
-    text = body[:n].decode("utf-8", "replace")
+    text = clean_text(body[:n].decode("utf-8", "replace"))  # no NUL in a stored error (PostgreSQL)
     return text.replace("\n", " ") + ("..." if len(body) > n else "")
 
 

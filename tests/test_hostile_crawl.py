@@ -142,10 +142,15 @@ def test_a_poisoned_archive_no_longer_kills_start_up(mpr: str) -> None:
 def test_surrogates_and_nul_in_hits_are_stored_as_replacement_characters(mpr: str) -> None:
     body = (b'{"count": 2, "hits": [{"name": "Nat.bad\\ud800name", "type": "T"},'
             b' {"name": "Nul\\u0000Name", "type": "a\\u0000b", "\\u0000key": "\\udc00"}]}')
+    page = response(b"<html>\x00 down \xff</html>", ctype="text/html")
+    with Hostile(lambda i: page) as srv:
+        summary, rep = crawl(mpr, srv.url)  # before: NUL refused in parse_outcomes.error (PostgreSQL)
+    (error,), = rows(mpr, sa.select(ParseOutcome.error))
+    assert "HTML page instead of JSON" in error and "<html>\ufffd down \ufffd</html>" in error, error
     with Hostile(lambda i: response(body)) as srv:
         summary, rep = crawl(mpr, srv.url)  # before: UnicodeEncodeError (SQLite) / NUL refused (PostgreSQL)
     assert summary.results[0].answered_now == 1, rep.text
-    assert rows(mpr, sa.select(Exchange.response_body))[0][0] == body  # raw bytes unchanged
+    assert rows(mpr, sa.select(Exchange.response_body).order_by(Exchange.id))[-1][0] == body  # raw bytes unchanged
     hits = rows(mpr, sa.select(Hit.rank, Hit.name, Hit.raw).order_by(Hit.rank))
     assert [(r, n) for r, n, _ in hits] == [(1, "Nat.bad\ufffdname"), (2, "Nul\ufffdName")]
     assert hits[1][2] == {"name": "Nul\ufffdName", "type": "a\ufffdb", "\ufffdkey": "\ufffd"}
