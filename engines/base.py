@@ -251,9 +251,11 @@ def decode_json_body(engine: str, status_code: int, headers: Mapping[str, str], 
         # 64 bits and floats with more digits than a double holds (19+ digits in a row),
         # and bodies it refuses (NaN, surrogates, 1e400...): those take the json.loads path.
         try:
-            return _orjson.loads(body)
+            data = _orjson.loads(body)
         except _orjson.JSONDecodeError:
             pass
+        else:  # orjson takes NUL: stored as U+FFFD like below (store.text)
+            return clean_json(data) if b"\\u" in body else data
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -1,4 +1,4 @@
-"""Issue 21, databases already hurt: the upgrade to 0007 heals what today's code stored
+"""Issue 21, databases already hurt: the upgrade to 0009 heals what today's code stored
 (an Inf or year-5195 pause, a password in host_state / send_log), on both backends."""
 
 from __future__ import annotations

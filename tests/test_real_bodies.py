@@ -516,11 +516,11 @@ def test_score_json_counts_dropped_items_per_system(backend, cache, request):
 # formatting do not count (the digest is over the code's tokens). A change to the shared
 # base (``decode_json_body``, ``finish_hits``, ``HitList``) changes every engine's digest.
 PARSER_FINGERPRINTS = {
-    "leansearch": (2, "8f6604b4d34bb8093b5990ed7f60976e658652814a6686de0e789297f9bac780"),
-    "leanexplore": (2, "30e06b386b896515f6d5ce68eac73f42d7e9715ff17a4fe7d9740c879c92ab92"),
-    "leanfinder": (2, "01934e9ed7d20755f72c5a3217c7d17383c1658582961eb6d13ae8412b32dc80"),
-    "loogle": (2, "5ddefaad255835562e28cb5c60a89176e6148965ce063f37cee90aa562dbd274"),
-    "leanstatesearch": (1, "f00c356f3483765904bc0479bf9c36a8fcd89bccbc5f1bfda0d9a4455525b37f"),
+    "leansearch": (3, "1206e42cfdd6705b0b9cca793b79800a55d547972f629bfc1906266a72153f4d"),
+    "leanexplore": (3, "a658f8c20435fcdb21d63e44dce23b54995c48ac6ae82c2a4a629cb7f8b67ac1"),
+    "leanfinder": (3, "1f022527028a5ab0710136862584633058ef4ea67601717d638c1f08f184615d"),
+    "loogle": (3, "044169e5c6bdc421716f8ccb15c61233e9e2e55bfd88d82bbac50d0b1ad41dd0"),
+    "leanstatesearch": (2, "c73e40b2b3d705a499a231757dfd693ddefc09074b28e1a07872f09904f56d7d"),
 }
 
 _SHARED = [base.decode_json_body, base.decode_json_object, base.finish_hits, base.HitList, base._snippet]

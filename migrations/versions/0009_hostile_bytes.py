@@ -1,7 +1,7 @@
 """exchanges.body_truncated; heal what hostile servers left in a database (issue 21)
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-12-02 03:30:00
 
 - ``exchanges.body_truncated``: the body was longer than ``--max-body`` and only its
@@ -26,8 +26,8 @@ import time
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
