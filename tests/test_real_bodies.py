@@ -516,11 +516,11 @@ def test_score_json_counts_dropped_items_per_system(backend, cache, request):
 # formatting do not count (the digest is over the code's tokens). A change to the shared
 # base (``decode_json_body``, ``finish_hits``, ``HitList``) changes every engine's digest.
 PARSER_FINGERPRINTS = {
-    "leansearch": (3, "ce7e5477543e1b34b1288d2dbda384097e3efb0b7f761f2006404498c629d7c6"),
-    "leanexplore": (3, "18f8ad5011b8c345a65fea2faa5ec300e62e620bbc3de81ed79a37fa3cdc30bc"),
-    "leanfinder": (3, "acf6bc7700121fce0c8123d75225cffdc1d239449ee192d4ff238835d92c72e0"),
-    "loogle": (3, "7ea8f30f24fc2004346954b780716c22e23b2572909eaf6299559861755699ec"),
-    "leanstatesearch": (2, "7f826679b65fa4a7fec07b481ff34156eec8b2f001ebd25499ba9e06d5385115"),
+    "leansearch": (3, "1206e42cfdd6705b0b9cca793b79800a55d547972f629bfc1906266a72153f4d"),
+    "leanexplore": (3, "a658f8c20435fcdb21d63e44dce23b54995c48ac6ae82c2a4a629cb7f8b67ac1"),
+    "leanfinder": (3, "1f022527028a5ab0710136862584633058ef4ea67601717d638c1f08f184615d"),
+    "loogle": (3, "044169e5c6bdc421716f8ccb15c61233e9e2e55bfd88d82bbac50d0b1ad41dd0"),
+    "leanstatesearch": (2, "c73e40b2b3d705a499a231757dfd693ddefc09074b28e1a07872f09904f56d7d"),
 }
 
 _SHARED = [base.decode_json_body, base.decode_json_object, base.finish_hits, base.HitList, base._snippet]
