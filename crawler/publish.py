@@ -251,7 +251,7 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     from warcio.warcwriter import WARCWriter
 
     from engines.registry import ENGINES
-    from store.bundle import _warc_date, _warcinfo_fields, _write_exchange, ExportSummary
+    from store.bundle import _warc_date, _warcinfo_fields, _write_exchange, ExportSummary, exchange_columns
     from store.models import Answer, Benchmark, EngineConfig, Epoch, Exchange, Hit, Query
     from store.types import utcnow
 
@@ -374,9 +374,7 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     info += ("\r\n".join(lines) + "\r\n").encode("utf-8")
 
     ex = Exchange.__table__
-    cols = [ex.c.id, ex.c.config_id, ex.c.attempt, ex.c.epoch, ex.c.query_texts, ex.c.method, ex.c.url,
-            ex.c.request_headers, ex.c.request_body, ex.c.status_code, ex.c.response_headers, ex.c.response_body,
-            ex.c.transport_error, ex.c.sent_at, ex.c.finished_at, ex.c.elapsed_ms]
+    cols = exchange_columns()
     tmp = path.with_name(path.name + ".part")
     exported = ExportSummary(path=path)
     try:

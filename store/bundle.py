@@ -209,9 +209,7 @@ def export_bundle(
         info = _warcinfo_fields(s, configs, epoch_sel)
     hashes = {c.id: c.config_hash for c in configs}
     ex = Exchange.__table__
-    cols = [ex.c.id, ex.c.config_id, ex.c.attempt, ex.c.epoch, ex.c.query_texts, ex.c.method, ex.c.url,
-            ex.c.request_headers, ex.c.request_body, ex.c.status_code, ex.c.response_headers, ex.c.response_body,
-            ex.c.transport_error, ex.c.sent_at, ex.c.finished_at, ex.c.elapsed_ms, ex.c.body_truncated]
+    cols = exchange_columns()
     try:
         with open(tmp, "wb") as fh:
             writer = WARCWriter(fh, gzip=path.name.endswith(".gz"), warc_version="WARC/1.1")
@@ -238,6 +236,14 @@ def export_bundle(
         if tmp.exists():
             tmp.unlink()
     return summary
+
+
+def exchange_columns() -> list:
+    """The exchange columns :func:`_write_exchange` reads (export and publish select these)."""
+    ex = Exchange.__table__
+    return [ex.c.id, ex.c.config_id, ex.c.attempt, ex.c.epoch, ex.c.query_texts, ex.c.method, ex.c.url,
+            ex.c.request_headers, ex.c.request_body, ex.c.status_code, ex.c.response_headers, ex.c.response_body,
+            ex.c.transport_error, ex.c.sent_at, ex.c.finished_at, ex.c.elapsed_ms, ex.c.body_truncated]
 
 
 def _write_exchange(writer, row, config_hash: str, summary: ExportSummary) -> None:

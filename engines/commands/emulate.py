@@ -73,10 +73,6 @@ def emulate(
     )
     srv = StandIn(engine, corpus or SLICE_CORPUS, rate=limit, faults=faults, seed=seed, host=host, port=port)
 
-    def _stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _stop)
     import asyncio
 
     async def main() -> None:
@@ -86,8 +82,12 @@ def emulate(
             raise InputError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another --port") from None
         print(srv.url, flush=True)
         info(f"{engine} stand-in at {srv.url} ({len(srv.rows)} declarations, rate {limit or 'unlimited'}); Ctrl-C stops")
+        # SIGTERM stops the loop the way Ctrl-C does, from inside it (a KeyboardInterrupt raised
+        # by a plain signal handler could land anywhere in the loop, even in srv.stop()).
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         try:
-            await asyncio.Event().wait()
+            await stop.wait()
         finally:
             await srv.stop()
 
