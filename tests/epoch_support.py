@@ -71,7 +71,10 @@ def two_epochs(tmp_path_factory: pytest.TempPathFactory) -> TwoEpochs:
         rows = [json.loads(line) for line in fh]
     port = _free_port()
     out = TwoEpochs(path, port)
-    policy = RetryPolicy(max_attempts=10, backoff_initial=0.02, backoff_max=0.1)
+    # A reset counts as a possible outage: the default 30 s host pause after each of the
+    # first epoch's ~5 resets made this fixture take ~2 minutes; the pauses are scaled down
+    # like the rate.
+    policy = RetryPolicy(max_attempts=10, backoff_initial=0.02, backoff_max=0.1, outage_initial=0.1, outage_max=0.5)
     db = open_database(url)
     try:
         for label, corpus, faults, refresh in (
