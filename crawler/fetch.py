@@ -51,6 +51,7 @@ from crawler.writer import DirectWriter, Writer
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, redact_headers, redact_url
 from store.models import Answer, Exchange, ParseOutcome, WorkLease
 from store.names import normalize_name
+from store.db import machine_error
 from store.text import clean_text
 from store.writes import encode_raw, write_hit_rows
 from store.types import utcnow
@@ -567,7 +568,9 @@ class Fetcher:
         try:
             done = await self.writer.run(op)
         except Exception as exc:  # noqa: BLE001 - see below
-            if answers is None:
+            if answers is None or machine_error(exc) is not None or isinstance(exc, (OSError, MemoryError)):
+                # Nothing to refuse, or the machine failed (a full disk, a read-only or
+                # corrupt file): not this body's fault; the text stays due for the next run.
                 raise
             # The database refused what the parser made of the body (the parse path
             # cleans what it knows of, store.text): the exchange is archived all the same,

@@ -122,7 +122,7 @@ def test_a_full_disk_during_a_crawl_is_one_line_and_the_next_crawl_completes() -
         (d / "filler").unlink()
         ok = _engines(url, *args)
         assert ok.returncode == 0, ok.stderr
-        assert _counts(url)[1] == 69
+        assert _counts(url)[1] == 69, (ok.stdout[-2000:], ok.stderr[-3000:])
 
 
 def test_a_corrupt_database_file_is_one_line(tmp_path: Path) -> None:
