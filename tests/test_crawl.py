@@ -442,7 +442,6 @@ async def test_lease_renewed_after_pacer_wait_and_answered_text_not_resent(pg_ur
             async with httpx.AsyncClient(trust_env=False) as client:
                 # 1. The pacer makes A wait 1.3 s (> TTL) for its slot: the lease expires meanwhile.
                 host = a.adapter.host
-                pacer = Pacer(host, Rate(1, 1.3), MemoryLedger({host: [time.time()]}), margin=0.0)
                 seen_by_b: list[list] = []
 
                 def keep_then_b_claims(shas: list[str]) -> list[str]:
@@ -453,7 +452,10 @@ async def test_lease_renewed_after_pacer_wait_and_answered_text_not_resent(pg_ur
                 items = a.queue.claim(1)
                 assert len(items) == 1
                 sha = items[0][0]
+                # The last send is "now", after the claim: the 1.3 s wait starts after the lease
+                # did, however long the claim took on a busy machine.
                 t0 = time.time()
+                pacer = Pacer(host, Rate(1, 1.3), MemoryLedger({host: [t0]}), margin=0.0)
                 out = await _fetcher(db_a, a, client, pacer, before_send=keep_then_b_claims).fetch(items)
                 assert time.time() - t0 >= ttl  # the wait really outlived the lease
                 assert out.answered == [sha] and out.skipped == []
