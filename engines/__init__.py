@@ -1,7 +1,7 @@
 """engines: compare Lean 4 / Mathlib search engines reproducibly.
 
 This package holds the remote engine adapters (one module per engine), the local
-engines (``engines.local``), the registry, and the Typer CLI (``engines.cli``).
+engines (``engines.local``), the registry, and the Typer CLI (``cli.main``).
 """
 
 from __future__ import annotations

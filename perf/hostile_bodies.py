@@ -53,7 +53,7 @@ def run_case(db_url: str, make_reply, max_body: str) -> tuple[int, float, int, i
     with srv:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "ENGINES_DATABASE_URL": db_url}
         t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "engines.cli", "crawl", "loogle", "--bench", "tiny",
+        proc = subprocess.Popen([sys.executable, "-m", "cli.main", "crawl", "loogle", "--bench", "tiny",
                                  "--url", f"loogle={srv.url}", "--limit", "1", "--max-attempts", "1",
                                  "--rate", "10/1s", "--max-body", max_body],
                                 env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -157,7 +157,7 @@ def phase(name: str, url: str, path: str) -> dict:
         out = {"exchanges": s.exchanges, "changed": r.changed, "elapsed": s.elapsed}
         db.dispose()
     elif name == "export":
-        from store.bundle import export_bundle
+        from crawler.bundle import export_bundle
         from store.db import open_database
 
         db = open_database(url)
@@ -173,7 +173,7 @@ def phase(name: str, url: str, path: str) -> dict:
                 n += 1
         out = {"records": n, "payload_bytes": size}
     elif name == "import":
-        from store.bundle import import_bundle
+        from crawler.bundle import import_bundle
         from store.db import open_database
 
         db = open_database(url)

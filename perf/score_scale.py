@@ -142,7 +142,7 @@ def child(url: str, out: str) -> None:
     """Run `engines score` in this process with a timer around each phase's functions."""
     import importlib
 
-    from engines.cli import app
+    from cli.main import app
 
     spent = {k: 0.0 for k in PHASES}
 

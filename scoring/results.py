@@ -162,7 +162,7 @@ class SystemScore:
             "breakdowns": self.breakdowns,
             "per_query": self.per_query,
             "sample": self.sample,
-            # Imported runs (engine "run", store.runs): where the run came from (--source).
+            # Imported runs (engine "run", crawler.runs): where the run came from (--source).
             "source": r.params.get("source") if r.engine == "run" else None,
         }
 
@@ -758,7 +758,7 @@ def _score_system(
         badges.append(f"k≤{cap}")
     if snapshot is not None:
         badges.append("different corpus")
-    if ref.engine == "run":  # an imported run file (store.runs), not measured by us
+    if ref.engine == "run":  # an imported run file (crawler.runs), not measured by us
         badges.append("imported")
     if sample is not None:
         badges.append(f"n={len(scored)} sampled")

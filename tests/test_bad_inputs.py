@@ -1,6 +1,6 @@
 """Every bad input: one line on stderr, a non-zero exit, no traceback, nothing changed (issue 12).
 
-The table runs the real entry point (``engines.cli.run``, what the ``engines`` script
+The table runs the real entry point (``cli.main.run``, what the ``engines`` script
 calls) in-process against one SQLite cache holding the shipped benchmarks and a tiny
 corpus; the file's sha256 is compared before and after every case. A second test walks
 ``--help`` of every command and sub-command.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engines import cli
+from cli import main as cli
 from store.benchmarks import load_shipped
 from store.corpus import load_corpus
 from store.db import open_database
@@ -200,7 +200,7 @@ def test_every_help_prints(monkeypatch, capsys, tmp_path) -> None:
 
 
 def test_unexpected_errors_are_one_line_unless_debugging(monkeypatch, capsys) -> None:
-    import engines.commands.core as core
+    import cli.commands.core as core
 
     def boom(*_a, **_k):
         raise RuntimeError("kaput\nsecond line")

@@ -217,7 +217,7 @@ def _load(url: str, write_jsonl) -> None:  # noqa: ANN001
 
 def test_run_bm25_writes_resolved_answers_and_skips_done(any_db_url: str, write_jsonl, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from engines.cli import app
+    from cli.main import app
     from store.db import open_database
     from store.models import Answer, Declaration, EngineConfig, Hit
 
@@ -274,7 +274,7 @@ def test_run_bm25_writes_resolved_answers_and_skips_done(any_db_url: str, write_
 
 def test_run_bm25_bad_input_is_one_line(sqlite_url: str, write_jsonl, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from engines.cli import app
+    from cli.main import app
 
     monkeypatch.setenv("ENGINES_CACHE_DIR", str(tmp_path / "cache"))
     _load(sqlite_url, write_jsonl)

@@ -16,10 +16,10 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from engines.cli import app
+from cli.main import app
 from scoring.drift import drift
 from scoring.results import score
-from store.bundle import export_bundle, import_bundle
+from crawler.bundle import export_bundle, import_bundle
 from store.db import open_database
 from store.models import Answer, Crawl, EngineConfig, Epoch, Exchange
 from tests.epoch_support import SECRET_FORMS, load_mpr_and_slice, two_epochs  # noqa: F401 (fixture)

@@ -17,10 +17,10 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-import store.bundle as bundle_mod
+import crawler.bundle as bundle_mod
 from engines.base import config_hash
-from engines.cli import app
-from store.bundle import BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_EPOCH, H_TEXTS, import_bundle
+from cli.main import app
+from crawler.bundle import BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_EPOCH, H_TEXTS, import_bundle
 from store.db import open_database
 from store.models import Crawl, EngineConfig, Exchange, ParseOutcome
 
@@ -128,7 +128,7 @@ def _import_in_child(url: str, path: Path) -> tuple[int, list[str], int]:
     code = ("import atexit, re, sys\n"
             "hwm = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
             "atexit.register(lambda: sys.stderr.write('MAXRSS %d\\n' % hwm()))\n"
-            "from engines.cli import app\n"
+            "from cli.main import app\n"
             f"sys.argv = ['engines', '--db', {url!r}, 'import', {str(path)!r}]\n"
             "app()\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,

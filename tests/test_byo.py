@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from engines.cli import app
+from cli.main import app
 from store.db import open_database
 from store.models import Answer, Benchmark, EngineConfig, Hit, Query
 

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks import SHIPPED_DIR
-from engines.cli import app
+from cli.main import app
 from store.db import head_revision
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import shipped_path
-from engines import cli
+from cli import main as cli
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:

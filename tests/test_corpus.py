@@ -144,7 +144,7 @@ def test_hf_source_through_huggingface_hub_offline(tmp_path, write_jsonl) -> Non
     _fake_hub_cache(cache, "FrenzyMath/lsv2-test", commit, "c5f07cc71d42", {"corpus/mathlib.jsonl.gz": data})
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf")}
     env["ENGINES_DATABASE_URL"] = f"sqlite:///{tmp_path / 'cache.db'}"
-    cmd = [sys.executable, "-m", "engines.cli", "corpus", "load", "hf://FrenzyMath/lsv2-test@c5f07cc71d42", "--name", "hub"]
+    cmd = [sys.executable, "-m", "cli.main", "corpus", "load", "hf://FrenzyMath/lsv2-test@c5f07cc71d42", "--name", "hub"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "4 rows" in out.stderr

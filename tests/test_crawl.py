@@ -29,7 +29,7 @@ from crawler.fetch import Fetcher, RetryPolicy, parse_retry_after
 from crawler.pacing import DbLedger, MemoryLedger, Pacer, max_in_window
 from crawler.run import CrawlOptions, Reporter, _resolve_engines, run_crawl
 from engines.base import Rate
-from engines.cli import app
+from cli.main import app
 from engines.emulate import FaultConfig, StandIn
 from store.benchmarks import load_benchmark_file
 from store.db import open_database
@@ -258,7 +258,7 @@ def test_circuit_breaker_stops_one_engine_others_continue(mpr_url: str, rows) ->
 
 def _cli(url: str, *args: str) -> subprocess.Popen:
     env = {**os.environ, "ENGINES_DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "engines.cli", *args], env=env, cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "cli.main", *args], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -20,8 +20,8 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from engines.cli import app
-from engines.commands.demo import BANNER, DEMO_ENGINES, StepResult, DemoResult, _run_step, _Skip
+from cli.main import app
+from scoring.demo import BANNER, DEMO_ENGINES, StepResult, DemoResult, _run_step, _Skip
 from store.db import open_database
 from store.models import Answer, EngineConfig, Exchange, Query, Benchmark
 
@@ -39,7 +39,7 @@ def _env(tmp: Path) -> dict[str, str]:
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "engines.cli", *args], cwd=cwd, env=_env(cwd),
+        [sys.executable, "-m", "cli.main", *args], cwd=cwd, env=_env(cwd),
         capture_output=True, text=True, timeout=300, check=False,
     )
 
@@ -150,7 +150,7 @@ def test_demo_rerun_fetches_nothing_again(demo_run):
     # configurations are still the same (identity without the port), so nothing is sent.
     import socket
 
-    from engines.commands.demo import DEMO_PORTS
+    from scoring.demo import DEMO_PORTS
 
     held = []
     for port in DEMO_PORTS.values():
@@ -294,7 +294,7 @@ def test_demo_report_in_headless_chromium(demo_run, tmp_path):
 
 def test_dense_vectors_cached_needs_same_model_renderer_and_corpus(tmp_path, monkeypatch):
     from benchmarks import SLICE_CORPUS
-    from engines.commands.demo import DENSE_MODEL, dense_vectors_cached
+    from scoring.demo import DENSE_MODEL, dense_vectors_cached
     from engines.local.render import renderer_hash
     from store.corpus import sha256_file
 
@@ -319,7 +319,7 @@ def test_demo_adds_the_dense_row_from_cached_vectors(tmp_path):
     import numpy as np
 
     from benchmarks import SLICE_CORPUS
-    from engines.commands.demo import DENSE_MODEL
+    from scoring.demo import DENSE_MODEL
     from engines.local import dense
     from engines.local.render import renderer_hash
     from store.corpus import sha256_file
@@ -356,7 +356,7 @@ def test_demo_adds_the_dense_row_from_cached_vectors(tmp_path):
 def test_demo_out_holds_every_file(tmp_path):
     """--out DIR: database, report and caches all under DIR; nothing in the working directory."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINES_")}
-    proc = subprocess.run([sys.executable, "-m", "engines.cli", "demo", "--targets", "2", "--no-dense",
+    proc = subprocess.run([sys.executable, "-m", "cli.main", "demo", "--targets", "2", "--no-dense",
                            "--out", "mine"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]

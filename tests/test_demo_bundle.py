@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from engines.base import config_hash
 from typer.testing import CliRunner
 
-from engines.cli import app
+from cli.main import app
 from store.db import open_database
 from store.models import Base, EngineConfig
 
@@ -28,7 +28,7 @@ TARGETS = 2
 
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory) -> tuple[Path, str]:
-    from engines.commands.demo import run_demo
+    from scoring.demo import run_demo
 
     out = tmp_path_factory.mktemp("demo-bundle")
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("ENGINES_")}
@@ -49,7 +49,7 @@ def _export(url: str, out: Path) -> Path:
 def _prepare(url: str, *, corpus: bool = True) -> None:
     """What the demo scores with: MathlibQR, the slice and the demo's cut."""
     from benchmarks import SLICE_CORPUS, SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION, shipped_path
-    from engines.commands.demo import demo_cut
+    from scoring.demo import demo_cut
     from store.benchmarks import load_benchmark_file
     from store.corpus import load_corpus
 
@@ -65,7 +65,7 @@ def _prepare(url: str, *, corpus: bool = True) -> None:
 
 def _remote_scores(url: str) -> dict:
     from benchmarks import SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
-    from engines.commands.report import build_score_json
+    from scoring.document import build_score_json
 
     db = open_database(url)
     try:
@@ -164,7 +164,7 @@ def test_a_failing_import_leaves_the_database_as_it_found_it(demo_db, tmp_path, 
     assert _row_counts(any_db_url) == before
     # Interrupted while parsing the exchanges into answers (after they were inserted):
     # nothing stays either.
-    from store.bundle import import_bundle
+    from crawler.bundle import import_bundle
 
     good = _export(f"sqlite:///{out / 'cache.db'}", tmp_path / "good.warc.gz")
     calls = []

@@ -271,7 +271,7 @@ def test_hub_name_loads_from_the_hf_cache_offline(tmp_path: Path) -> None:
 
 def test_run_dense_writes_licensed_resolved_answers(sqlite_url: str, write_jsonl, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from engines.cli import app
+    from cli.main import app
     from store.benchmarks import load_shipped
     from store.corpus import load_corpus
     from store.db import open_database
@@ -319,7 +319,7 @@ def test_run_dense_writes_licensed_resolved_answers(sqlite_url: str, write_jsonl
 
 def test_run_dense_bad_options_fail_before_writing(sqlite_url: str, write_jsonl, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from engines.cli import app
+    from cli.main import app
     from store.benchmarks import load_shipped
     from store.corpus import load_corpus
     from store.db import open_database

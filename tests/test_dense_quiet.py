@@ -12,7 +12,7 @@ from tests.test_dense import MODEL, _slice_rows
 
 def test_run_dense_is_quiet_when_piped_and_labels_plain_queries(sqlite_url, write_jsonl, tmp_path, monkeypatch):
     from benchmarks import shipped_path
-    from engines.cli import app
+    from cli.main import app
     from store.benchmarks import load_benchmark_file
     from store.corpus import load_corpus
     from store.db import open_database

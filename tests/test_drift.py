@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from engines.cli import app
+from cli.main import app
 from scoring.drift import drift
 from scoring.rbo import jaccard_at, rbo_ext
 from scoring.results import score
@@ -130,7 +130,7 @@ def test_refresh_if_older_opens_an_epoch_only_when_due(src, two_epochs) -> None:
 
 
 def test_report_has_a_drift_section_linked_to_the_explorer(src, tmp_path: Path) -> None:
-    from engines.commands.report import build_score_json
+    from scoring.document import build_score_json
     from scoring.report_html import render_html
 
     doc = build_score_json(src, "mathlibmpr")

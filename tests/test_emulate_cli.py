@@ -29,7 +29,7 @@ def free_port() -> int:
 
 def start(args, tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "engines.cli", "emulate", *args],
+    return subprocess.Popen([sys.executable, "-m", "cli.main", "emulate", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
 
 
@@ -60,11 +60,11 @@ def test_emulate_cli_serves_and_reports(engine, tmp_path):
 
 
 def test_emulate_cli_default_corpus_and_bad_input(tmp_path):
-    bad = subprocess.run([sys.executable, "-m", "engines.cli", "emulate", "moogle"], capture_output=True, text=True,
+    bad = subprocess.run([sys.executable, "-m", "cli.main", "emulate", "moogle"], capture_output=True, text=True,
                          timeout=60, cwd=tmp_path)
     assert bad.returncode != 0 and bad.stderr.strip().startswith("error: unknown engine 'moogle'")
     assert len(bad.stderr.strip().splitlines()) == 1
-    bad_rate = subprocess.run([sys.executable, "-m", "engines.cli", "emulate", "loogle", "--rate", "fast"],
+    bad_rate = subprocess.run([sys.executable, "-m", "cli.main", "emulate", "loogle", "--rate", "fast"],
                               capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert bad_rate.returncode != 0 and "invalid rate 'fast'" in bad_rate.stderr
 

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from crawler.fetch import RETRY_AFTER_MAX, RetryPolicy, parse_retry_after
 from crawler.run import CrawlOptions, Reporter, run_crawl
 from engines.base import Rate
-from engines.cli import app
+from cli.main import app
 from store.benchmarks import load_benchmark_file
 from store.corpus import load_corpus
 from store.db import open_database

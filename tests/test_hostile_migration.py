@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import command
 from typer.testing import CliRunner
 
-from engines.cli import app
+from cli.main import app
 from store.db import _alembic_config, create_db_engine, open_database
 from store.models import Exchange, HostState, SendLog
 

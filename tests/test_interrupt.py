@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engines import cli
+from cli import main as cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,7 +21,7 @@ def test_sigint_during_the_demo_says_so_and_exits_130(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINES_")}
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engines.cli", "demo", "--targets", "2", "--no-dense", "--out", str(tmp_path / "d")],
+        [sys.executable, "-m", "cli.main", "demo", "--targets", "2", "--no-dense", "--out", str(tmp_path / "d")],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -46,17 +46,17 @@ def test_sigint_during_the_demo_says_so_and_exits_130(tmp_path):
 
 # (argv, where the interrupt lands, words the line must carry)
 LONG = [
-    (["demo", "--out", "{d}/demo"], "engines.commands.demo.run_demo", "run the same command again to resume"),
+    (["demo", "--out", "{d}/demo"], "cli.commands.demo.run_demo", "run the same command again to resume"),
     (["crawl", "leansearch", "--bench", "mathlibqr"], "crawler.run.run_crawl", "run the same command again to resume"),
     (["run", "bm25", "--bench", "mathlibqr"], "engines.local.runner.run_bm25", "run the same command again"),
     (["run", "dense", "--model", "m", "--bench", "mathlibqr"], "engines.local.runner.run_dense",
      "run the same command again"),
-    (["import", "{d}/b.warc.gz"], "store.bundle.import_bundle", "nothing was imported"),
-    (["export", "--out", "{d}/b.warc.gz"], "store.bundle.export_bundle", "no bundle was written"),
+    (["import", "{d}/b.warc.gz"], "crawler.bundle.import_bundle", "nothing was imported"),
+    (["export", "--out", "{d}/b.warc.gz"], "crawler.bundle.export_bundle", "no bundle was written"),
     (["reparse"], "crawler.reparse.reparse", "run the same command again to resume"),
-    (["corpus", "load", "{d}/c.jsonl", "--name", "c"], "engines.commands.core.load_corpus",
+    (["corpus", "load", "{d}/c.jsonl", "--name", "c"], "cli.commands.core.load_corpus",
      "nothing of this corpus was written"),
-    (["bench", "load", "--shipped"], "engines.commands.core.load_shipped", "run the same command again"),
+    (["bench", "load", "--shipped"], "cli.commands.core.load_shipped", "run the same command again"),
     (["score", "--bench", "mathlibqr"], "scoring.results.score", "run the same command again"),
 ]
 

@@ -54,7 +54,7 @@ def _fill(d: Path, leave: int) -> None:
 
 
 def _engines(url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engines.cli", "--db", url, *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli.main", "--db", url, *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from crawler.fetch import RetryPolicy
 from crawler.run import check_secrets_over_tls, summary_lines
 from engines.base import EngineParseError, HitList, Rate
-from engines.cli import app
+from cli.main import app
 from engines.emulate import FaultConfig, StandIn
 from engines.emulate.apis import Reply, jreply
 from engines.leanexplore import LeanExploreAdapter

@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 
 from benchmarks import SLICE_CORPUS, shipped_path
-from engines.cli import run as cli
+from cli.main import run as cli
 from store.db import open_database
 
 SUBSET = "demo-first-3"
@@ -33,7 +33,7 @@ def build_source(url: str, tmp: Path) -> Path:
     from crawler.fetch import RetryPolicy
     from crawler.run import CrawlOptions, run_crawl
     from engines.base import Rate
-    from engines.commands.demo import demo_cut
+    from scoring.demo import demo_cut
     from engines.emulate import FaultConfig, StandIn
     from engines.local.runner import run_bm25
     from store.benchmarks import load_benchmark_file
@@ -312,7 +312,7 @@ def test_a_damaged_bundle_is_one_line_exit_2(source, capsys, tmp_path):
 
 
 def test_hostile_records_are_bounded(source, capsys, tmp_path, monkeypatch):
-    import crawler.verify as v
+    import scoring.verify as v
 
     monkeypatch.setattr(v, "MAX_JSON", 1000)
     code, out, err = verify(capsys, source["full"])
@@ -373,7 +373,7 @@ def test_an_imported_run_travels_with_its_identity_and_file(source, capsys, tmp_
     original configuration hash, and its original file's bytes ride along."""
     import shutil
 
-    from store.runs import import_run
+    from crawler.runs import import_run
 
     body = {}
 

@@ -29,7 +29,7 @@ How it works:
   block and the command whose output it is; its lines must appear in that output in
   order, where ``…`` stands for any text (a line of just ``…``: any lines).
 
-``engines`` commands run in this process (``engines.cli.run``: the same code as the
+``engines`` commands run in this process (``cli.main.run``: the same code as the
 console script, without a new interpreter per command); a command ending in ``&`` is
 started as a subprocess (a server) and stopped at the end of its block.
 """
@@ -169,7 +169,7 @@ BLOCKS = parse_blocks(README.read_text(encoding="utf-8"))
 
 def run_engines(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
     """``engines ARGV`` in this process: (exit code, stdout, stderr)."""
-    from engines.cli import run
+    from cli.main import run
 
     out, err = io.StringIO(), io.StringIO()
     old_env = {k: os.environ.get(k) for k in env}
@@ -196,7 +196,7 @@ def check_against_cli(argv: list[str]) -> None:
     """The subcommand exists, every flag is one of its options, and its --help renders."""
     import typer
 
-    from engines.cli import app
+    from cli.main import app
 
     cmd = typer.main.get_command(app)  # typer's own (vendored) click: duck-typed below
     path: list[str] = []
@@ -319,7 +319,7 @@ def run_command(w: World, command: str, background: list[subprocess.Popen]) -> N
                 args[i] = w.env["ENGINES_DATABASE_URL"]
         if bg:
             env = {**os.environ, **w.env, **env_prefix, "PYTHONPATH": str(ROOT)}
-            proc = subprocess.Popen([sys.executable, "-m", "engines.cli", *args], cwd=w.cwd, env=env,
+            proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=w.cwd, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             background.append(proc)
             first = proc.stdout.readline()  # a server prints its URL once it listens

@@ -199,7 +199,7 @@ def test_statistics_are_refreshed_first_on_postgresql(pg_url: str, v2) -> None:
 
 
 def test_import_parses_the_same_with_and_without_the_worker(tmp_path: Path, monkeypatch) -> None:
-    from store.bundle import export_bundle, import_bundle
+    from crawler.bundle import export_bundle, import_bundle
 
     src = f"sqlite:///{tmp_path / 'src.db'}"
     _build(src)

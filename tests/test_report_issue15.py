@@ -9,7 +9,7 @@ import re
 import sqlalchemy as sa
 
 from crawler.plan import sampled_texts, store_sample
-from engines.commands.report import build_score_json
+from scoring.document import build_score_json
 from scoring.report_html import render_html
 from store.models import Benchmark
 from tests.test_scoring_support import (  # noqa: F401  (fixtures)
@@ -76,7 +76,7 @@ def test_score_published_cli(cache, cache_url, tmp_path):
 
     from typer.testing import CliRunner
 
-    from engines.cli import app
+    from cli.main import app
 
     qs = bench_queries(cache, "mathlibqr")
     answer_all(cache, make_config(cache, "sys"), qs, lambda q: [gold_name(q)])

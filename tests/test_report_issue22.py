@@ -9,7 +9,7 @@ import re
 
 from typer.testing import CliRunner
 
-from engines.cli import app
+from cli.main import app
 from scoring.published import attach
 from scoring.report_html import curve_svg, render_html
 from tests.test_scoring_support import (  # noqa: F401  (fixtures)
@@ -54,7 +54,7 @@ def test_an_empty_chart_has_no_published_marks() -> None:
 
 
 def test_dropped_queries_are_explorer_rows(cache, tmp_path) -> None:
-    from engines.commands.report import build_score_json
+    from scoring.document import build_score_json
 
     _populate(cache)
     doc = build_score_json(cache, "mathlibqr", published=False)

@@ -16,7 +16,7 @@ from benchmarks import SLICE_CORPUS
 from crawler.plan import parse_sample_name, sample_order, sampled_texts
 from crawler.run import CrawlOptions, Reporter, run_crawl
 from engines.base import Rate
-from engines.cli import app
+from cli.main import app
 from engines.emulate import StandIn
 from scoring.results import score
 from store.models import Answer, Benchmark, Query, Subset

@@ -10,7 +10,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from engines.cli import app
+from cli.main import app
 from tests.test_scoring_support import (  # noqa: F401  (fixtures)
     answer_all, bench_queries, cache, cache_url, filler, gold_name, make_config, prepared_cache,
 )

@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from engines.cli import app
-from engines.commands import sql as sqlmod
+from cli.main import app
+from cli.commands import sql as sqlmod
 from store.db import open_database
 
 REFUSED, ERROR = 2, 1
@@ -44,7 +44,7 @@ def _sql_in_child(url: str, *args: str) -> tuple[int, str, str, int]:
     code = ("import atexit, re, sys\n"
             "hwm = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
             "atexit.register(lambda: sys.stderr.write('MAXRSS %d\\n' % hwm()))\n"
-            "from engines.cli import app\n"
+            "from cli.main import app\n"
             f"sys.argv = ['engines', 'sql', '--tsv', *{list(args)!r}]\n"
             "app()\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,

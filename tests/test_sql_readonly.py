@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from engines.cli import app
-from engines.commands import sql as sqlmod
+from cli.main import app
+from cli.commands import sql as sqlmod
 from store.db import open_database
 from store.errors import UserError
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from engines.base import config_hash
-from engines.cli import app
+from cli.main import app
 from scoring.results import score
 from store.db import open_database
 from store.errors import InputError

@@ -23,7 +23,7 @@ from store.benchmarks import find_benchmark
 from store.corpus import find_corpus
 from store.db import Database
 
-# progress(description, total) -> context manager yielding update(done); see engines.commands.common.
+# progress(description, total) -> context manager yielding update(done); see cli.commands.common.
 ProgressFactory = Callable[[str, "int | None"], ContextManager[Callable[[int], None]]]
 
 

@@ -24,7 +24,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from engines.commands.common import info, out_console
+from cli.commands.common import info, out_console
 from store.db import check_sqlite_file
 from store.text import escaped
 from store.errors import DatabaseError, UserError

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 import typer
 from rich.table import Table
 
-from engines.commands.common import db_url, get_db, info, missing_sqlite_file, out_console, progress_counter
+from cli.commands.common import db_url, get_db, info, missing_sqlite_file, out_console, progress_counter
 from store import db as dbmod
 from store.benchmarks import load_benchmark_file, load_shipped
 from store.corpus import load_corpus

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from engines.commands.common import get_db, info, out_console
+from cli.commands.common import get_db, info, out_console
 from store.errors import InputError
 
 BY_CHOICES = ("style", "kind", "difficulty")

@@ -2,7 +2,7 @@
 
 Data goes to stdout, progress and logs to stderr. Expected failures
 (:class:`store.errors.UserError`) print one line ``error: ...`` and exit non-zero;
-tracebacks are for bugs only. Command groups live in ``engines.commands.*`` and are
+tracebacks are for bugs only. Command groups live in ``cli.commands.*`` and are
 listed in ``COMMAND_MODULES``.
 """
 
@@ -27,19 +27,19 @@ from store.errors import UserError
 
 # Each module defines register(app: typer.Typer). Order = order in --help.
 COMMAND_MODULES = (
-    "engines.commands.core",
-    "engines.commands.score",
-    "engines.commands.emulate",
-    "engines.commands.report",
-    "engines.commands.plot",
-    "engines.commands.demo",
-    "engines.commands.run",
-    "engines.commands.crawl",
-    "engines.commands.reparse",
-    "engines.commands.sql",
-    "engines.commands.drift",
-    "engines.commands.bundle",
-    "engines.commands.publish",
+    "cli.commands.core",
+    "cli.commands.score",
+    "cli.commands.emulate",
+    "cli.commands.report",
+    "cli.commands.plot",
+    "cli.commands.demo",
+    "cli.commands.run",
+    "cli.commands.crawl",
+    "cli.commands.reparse",
+    "cli.commands.sql",
+    "cli.commands.drift",
+    "cli.commands.bundle",
+    "cli.commands.publish",
 )
 
 
@@ -69,7 +69,7 @@ class _Group(TyperGroup):
             raise typer.Exit(exc.exit_code) from None
         except (_cx.ClickException, typer.Exit, typer.Abort):
             raise
-        except KeyboardInterrupt:  # outside a command's own handling (engines.cli._wrap_command)
+        except KeyboardInterrupt:  # outside a command's own handling (cli.main._wrap_command)
             typer.echo("interrupted", err=True)
             raise typer.Exit(130) from None
         except Exception as exc:  # noqa: BLE001 - one line instead of a traceback, unless debugging
@@ -168,7 +168,7 @@ def _wrap_command(fn, name: str):  # noqa: ANN001, ANN202
 
 def _add_db_options(typer_app: typer.Typer, prefix: str = "") -> None:
     """Every command, in one place: ``--db`` (the command's, then ``engines --db``, then
-    ENGINES_DATABASE_URL, then the default: engines.commands.common.db_url) and the Ctrl-C line."""
+    ENGINES_DATABASE_URL, then the default: cli.commands.common.db_url) and the Ctrl-C line."""
     for info in typer_app.registered_commands:
         name = info.name or info.callback.__name__.replace("_", "-")
         info.callback = _wrap_command(info.callback, f"{prefix}{name}")

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from engines.commands.common import get_db, info
+from cli.commands.common import get_db, info
 
 
 def reparse_cmd(

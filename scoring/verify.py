@@ -26,7 +26,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from crawler.publish import FORMAT, H_META, H_OPTIONS, H_ROLE, H_RUN, OPTION_KEYS, find_corpus_file, read_run
+from scoring.publish import FORMAT, H_META, H_OPTIONS, H_ROLE, H_RUN, OPTION_KEYS, find_corpus_file, read_run
 from store.errors import InputError, UserError
 
 # Upper bounds on what verify reads from a bundle (decompressed bytes).
@@ -299,7 +299,7 @@ def _load_runs(db, runs: list[tuple[dict[str, Any], bytes]], qid_text: dict[str,
                                     result_cap=ident.get("result_cap"), licence=ident.get("licence"))
                 s.flush()
                 if ident.get("epoch_label") or ident.get("epoch_started"):
-                    from store.bundle import _parse_date
+                    from crawler.bundle import _parse_date
 
                     if s.get(Epoch, (cfg.id, epoch)) is None:
                         s.add(Epoch(config_id=cfg.id, epoch=epoch, label=ident.get("epoch_label"),
@@ -442,7 +442,7 @@ def verify_bundle(path: str | Path, *, corpus: str | Path | None = None, db_url:
     """Re-derive the claim of a leaderboard bundle; the report of what differs."""
     from engines import code_version
     from engines.registry import ENGINES
-    from store.bundle import BadBundle, import_bundle
+    from crawler.bundle import BadBundle, import_bundle
     from store.corpus import load_corpus
     from store.db import open_database
 
@@ -523,7 +523,7 @@ def verify_bundle(path: str | Path, *, corpus: str | Path | None = None, db_url:
             wanted_compare = options.get("compare")
             wanted_snaps = options.get("snapshots")
             options.update(systems=None, epochs="all", compare=None, snapshots=None)
-            from crawler.publish import run_score
+            from scoring.publish import run_score
 
             derived = run_score(db, options).to_json()
             if wanted_compare or wanted_snaps:

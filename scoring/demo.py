@@ -1,4 +1,4 @@
-"""``engines demo``: the whole pipeline, offline, in about two minutes (under one once cached).
+"""The demo pipeline (``engines demo``): the whole pipeline, offline, in about two minutes (under one once cached).
 
 Loads the shipped MathlibQR and the shipped real Mathlib slice into a demo database
 of its own (``./engines-demo/cache.db`` by default, never the user's cache), starts
@@ -17,20 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import typer
-try:  # typer >= 0.2x vendors click as typer._click: its contexts return its own enum
-    from typer._click.core import ParameterSource
-except ImportError:  # pragma: no cover
-    from click.core import ParameterSource
-
 from engines.base import Rate
-from engines.commands.common import info, progress_counter
 from store.errors import UserError
 
 BANNER = "development slice — not a result"
@@ -75,7 +69,11 @@ class DemoResult:
 
 
 def _say(msg: str) -> None:
-    info(msg)
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _no_progress(_desc: str, _total: int | None = None):  # noqa: ANN202
+    return contextlib.nullcontext(lambda _done: None)
 
 
 def _run_step(result: DemoResult, name: str, fn: Callable[[], str | None], *, say: Callable[[str], None]) -> bool:
@@ -148,6 +146,7 @@ def run_demo(
     dense: bool | None = None,
     targets: int | None = None,
     say: Callable[[str], None] = _say,
+    progress: Callable[..., Any] = _no_progress,
 ) -> DemoResult:
     """Run the demo pipeline; returns what was done (steps, DB URL, report path)."""
     from benchmarks import SLICE_CORPUS, SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
@@ -199,7 +198,7 @@ def run_demo(
             lambda: _crawl_standins(db, work_bench, result, say), say=say,
         )
 
-        _run_step(result, "run bm25", lambda: _run_bm25(db, work_bench, result), say=say)
+        _run_step(result, "run bm25", lambda: _run_bm25(db, work_bench, result, progress), say=say)
         why = ""
         if dense is False:
             why = "--no-dense"
@@ -212,12 +211,12 @@ def run_demo(
             if not dense_vectors_cached():
                 say(f"  encoding the slice once with {DENSE_MODEL} (about a minute on 2 cores, cached for "
                     "later runs; --no-dense skips the dense row)")
-            _run_step(result, f"run dense {DENSE_MODEL}", lambda: _run_dense(db, work_bench, result), say=say)
+            _run_step(result, f"run dense {DENSE_MODEL}", lambda: _run_dense(db, work_bench, result, progress), say=say)
 
         def score_and_report() -> str:
             from scoring.report_html import render_report
 
-            from engines.commands.report import build_score_json
+            from scoring.document import build_score_json
 
             if not result.config_ids:
                 raise _Skip("no system produced answers")
@@ -258,7 +257,7 @@ def run_demo(
 def _publish(db: Any, result: DemoResult, options: dict[str, Any], say: Callable[[str], None]) -> None:
     """The leaderboard bundle beside the report (engines publish); the report names its sha256
     and the verify command. A failure is a note: the report is still written."""
-    from crawler.publish import publish_bundle, score_options
+    from scoring.publish import publish_bundle, score_options
 
     path = result.out_dir / "leaderboard.warc.gz"
     try:
@@ -454,99 +453,21 @@ def _local_note(summary: Any) -> str:
     )
 
 
-def _run_bm25(db: Any, bench: str, result: DemoResult) -> str:
+def _run_bm25(db: Any, bench: str, result: DemoResult, progress: Callable[..., Any]) -> str:
     from benchmarks import SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
     from engines.local.runner import run_bm25
 
     summary = run_bm25(db, bench=bench, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}",
-                       progress=progress_counter)
+                       progress=progress)
     result.config_ids.append(summary.config_id)
     return _local_note(summary)
 
 
-def _run_dense(db: Any, bench: str, result: DemoResult) -> str:
+def _run_dense(db: Any, bench: str, result: DemoResult, progress: Callable[..., Any]) -> str:
     from benchmarks import SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
     from engines.local.runner import run_dense
 
     summary = run_dense(db, model=DENSE_MODEL, bench=bench, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}",
-                        query_format=DENSE_QUERY_FORMAT, progress=progress_counter)
+                        query_format=DENSE_QUERY_FORMAT, progress=progress)
     result.config_ids.append(summary.config_id)
     return _local_note(summary)
-
-
-# ------------------------------------------------------------------------ the command
-
-
-def _leaderboard_lines(js: dict[str, Any]) -> list[str]:
-    systems = sorted(
-        js.get("systems") or [],
-        key=lambda s: -(((s.get("metrics") or {}).get("nDCG@10") or {}).get("value") or -1),
-    )
-    width = max([len("system")] + [len(str(s.get("id"))) for s in systems])
-    lines = [f"{'system':<{width}} {'n':>5} {'nDCG@10':>8} {'R@1':>6} {'R@10':>6} {'MRR':>6}  badges"]
-    for s in systems:
-        m = s.get("metrics") or {}
-
-        def v(name: str) -> str:
-            x = (m.get(name) or {}).get("value")
-            return "—" if x is None else f"{x:.3f}"
-
-        lines.append(
-            f"{str(s.get('id')):<{width}} {s.get('n', ''):>5} {v('nDCG@10'):>8} {v('R@1'):>6} {v('R@10'):>6} "
-            f"{v('MRR'):>6}  {', '.join(map(str, s.get('badges') or []))}"
-        )
-    return lines
-
-
-def demo_command(
-    ctx: typer.Context,
-    out: Path = typer.Option(
-        Path("engines-demo"), "--out", "-o", help="Directory for everything the demo writes: database, report, caches."),
-    db: Optional[str] = typer.Option(
-        None, "--db", help="Database URL for the demo (default: OUT/cache.db, kept apart from your cache.db)."
-    ),
-    dense: Optional[bool] = typer.Option(
-        None, "--dense/--no-dense",
-        help="Add a dense row (default: when the dense extra imports; encoding the slice takes about a minute once).",
-    ),
-    targets: Optional[int] = typer.Option(
-        None, "--targets", min=1,
-        help="Only the benchmark's first N targets (all their query styles), crawled and scored as a subset.",
-    ),
-) -> None:
-    """The whole pipeline offline: stand-in engines, real crawler, BM25, scorer, HTML report."""
-    root = ctx.find_root()
-    if db is None and root.get_parameter_source("db") == ParameterSource.COMMANDLINE:
-        db = root.obj.get("db_url")  # `engines --db URL demo` is explicit too
-    result = run_demo(out, db, dense=dense, targets=targets)
-    if result.report is None or result.score_json is None:
-        raise UserError("the demo produced no report: every step was skipped or failed (see the notes above)")
-    typer.echo("")
-    typer.echo(f"*** {BANNER} ***")
-    for line in _leaderboard_lines(result.score_json):
-        typer.echo(line)
-    if len(result.crawled_engines) > 1:
-        typer.echo(
-            "note: the stand-ins rank the slice lexically, each weighting other fields (LeanSearch docstrings, "
-            "LeanExplore names and modules, Lean Finder statements); they show the machinery, not the engines."
-        )
-    skipped = [s for s in result.steps if not s.ok]
-    if skipped:
-        typer.echo("skipped: " + "; ".join(f"{s.name} ({s.note})" for s in skipped))
-    typer.echo("")
-    typer.echo(f"database: {result.db_url}")
-    typer.echo(f"report:   {result.report.resolve()}  (report.json beside it)")
-    if result.bundle is not None:
-        typer.echo(f"bundle:   {result.bundle}  (sha256 {result.bundle_sha256})")
-        typer.echo(f"verify:   engines verify {result.bundle}")
-    typer.echo("")
-    typer.echo("next, a real crawl (public services, courtesy rates; resumable, safe to re-run):")
-    typer.echo("  engines bench load --shipped")
-    typer.echo("  engines corpus load hf://FrenzyMath/lsv2-mathlib-v4.28.0-rc1-jsonl@c5f07cc71d42 --name mathlib-4280")
-    typer.echo("  engines crawl leansearch leanexplore leanfinder --bench mathlibqr")
-    typer.echo("  engines run bm25 --bench mathlibqr")
-    typer.echo("  engines report --bench mathlibqr --out report")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("demo")(demo_command)

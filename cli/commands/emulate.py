@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from engines.commands.common import info
+from cli.commands.common import info
 from store.errors import InputError
 
 

@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from engines.commands.common import get_db, info, out_console
+from cli.commands.common import get_db, info, out_console
 from store.errors import InputError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)?")
@@ -158,165 +158,32 @@ def crawl_cmd(
     raise typer.Exit(summary.exit_code)
 
 
-def _last_rates(db) -> dict:
-    """engine → the rate its most recent crawl was told to use (``--rate``), if any."""
-    from crawler.pacing import parse_rate
-    from store.models import Crawl
-
-    out: dict = {}
-    with db.session() as s:
-        for args in s.execute(sa.select(Crawl.args).order_by(Crawl.id.desc()).limit(200)).scalars():
-            rates = (args or {}).get("rates") or {}
-            for eng in (args or {}).get("engines") or []:
-                if eng not in out:
-                    text = rates.get(eng) or rates.get("*")
-                    out[eng] = parse_rate(text) if text else None
-    return {k: v for k, v in out.items() if v is not None}
-
-
 def status_cmd(
     ctx: typer.Context,
     bench: Optional[str] = typer.Option(None, "--bench", "-b", help="Only this benchmark."),
     all_styles: bool = typer.Option(False, "--all-styles", help="Count non-primary styles too."),
 ) -> None:
     """Per engine configuration × benchmark: answered, failed, pending, last success, ETA at the configured rate."""
-    from crawler.pacing import default_margin
-    from crawler.plan import WorkQueue, benchmark_texts, current_epoch
-    from crawler.run import eta, fmt_duration
-    from engines.registry import ENGINES
-    from store.models import Answer, Benchmark, EngineConfig, Query
+    from crawler.status import drop_lines, host_lines, sample_rows, status_rows
 
     db = get_db(ctx)
-    with db.session() as s:
-        configs = list(s.execute(sa.select(EngineConfig).where(EngineConfig.local.is_(False)).order_by(EngineConfig.id)).scalars())
-        bq = sa.select(Benchmark).order_by(Benchmark.name)
-        if bench:
-            bq = bq.where(Benchmark.name == bench)
-        benches = list(s.execute(bq).scalars())
-    if bench and not benches:
-        from store.benchmarks import find_benchmark
-
-        find_benchmark(db, bench)  # raises the one-line "no benchmark named ..." error
-    rates = _last_rates(db)
+    configs, rows = status_rows(db, bench, all_styles)
     table = Table("config", "benchmark", "epoch", "answered", "failed", "pending", "last success", "rate", "ETA")
-    for b in benches:
-        texts = benchmark_texts(db, b.id, all_styles)
-        for cfg in configs:
-            epoch = current_epoch(db, cfg.id)
-            q = WorkQueue(db, config_id=cfg.id, epoch=epoch, texts=texts, benchmark_id=b.id,
-                          all_styles=all_styles, worker="status")
-            c = q.counts()
-            with db.session() as s:
-                last = s.scalar(
-                    sa.select(sa.func.max(Answer.fetched_at)).where(
-                        Answer.config_id == cfg.id, Answer.epoch == epoch,
-                        Answer.query_sha256.in_(sa.select(Query.query_sha256).where(Query.benchmark_id == b.id)),
-                    )
-                )
-            cls = ENGINES.get(cfg.engine)
-            if cls is not None:
-                r = rates.get(cfg.engine) or cls.defaults.rate
-                interval = (r.period + default_margin(r)) / r.n
-                batch = int(cls.defaults.batch_size)
-                rate_s, eta_s = str(r), fmt_duration(eta(c.pending, interval, batch))
-            else:
-                rate_s, eta_s = "-", "-"
-            table.add_row(escape(cfg.label), escape(b.name), str(epoch), f"{c.answered}/{c.total}", str(c.failed), str(c.pending),
-                          f"{last:%Y-%m-%d %H:%M}" if last else "-", rate_s, eta_s)
+    for r in rows:
+        table.add_row(escape(r.config), escape(r.benchmark), str(r.epoch), r.answered, str(r.failed), str(r.pending),
+                      r.last_success, r.rate, r.eta)
     if not configs:
         info("no remote engine configurations yet; run `engines crawl ENGINE --bench B`")
     out_console.print(table)
-    samples = _sample_table(db, bench)
+    samples = sample_rows(db, bench)
     if samples is not None:
-        out_console.print(samples)
+        sample_table = Table("sample subset", "benchmark", "config", "epoch", "answered", title="sampled crawls",
+                             title_justify="left")
+        for row in samples:
+            sample_table.add_row(*(escape(x) for x in row))
+        out_console.print(sample_table)
     for line in host_lines(db, configs) + drop_lines(db, configs):
         out_console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def _sample_table(db, bench: str | None) -> Table | None:
-    """The sampled subsets (``engines crawl E --sample N``): how much of each is answered."""
-    from crawler.plan import SAMPLE_PREFIX, current_epoch, parse_sample_name
-    from store.models import Answer, EngineConfig, Subset, SubsetMember
-
-    with db.session() as s:
-        subs = [
-            sub for sub in s.execute(sa.select(Subset).where(Subset.name.like(SAMPLE_PREFIX + "%")).order_by(Subset.name)).scalars()
-            if parse_sample_name(sub.name) and (not bench or (sub.meta or {}).get("bench") == bench)
-        ]
-        if not subs:
-            return None
-        table = Table("sample subset", "benchmark", "config", "epoch", "answered", title="sampled crawls", title_justify="left")
-        for sub in subs:
-            engine, _, n = parse_sample_name(sub.name)
-            members = sa.select(SubsetMember.member).where(SubsetMember.subset_id == sub.id)
-            cfgs = list(s.execute(sa.select(EngineConfig).where(EngineConfig.engine == engine).order_by(EngineConfig.id)).scalars())
-            for cfg in cfgs or [None]:
-                if cfg is None:
-                    table.add_row(escape(sub.name), escape(str((sub.meta or {}).get("bench", "-"))), "-", "-", f"0/{n}")
-                    continue
-                epoch = current_epoch(db, cfg.id)
-                done = s.scalar(sa.select(sa.func.count(sa.distinct(Answer.query_sha256))).where(
-                    Answer.config_id == cfg.id, Answer.epoch == epoch, Answer.query_sha256.in_(members))) or 0
-                table.add_row(escape(sub.name), escape(str((sub.meta or {}).get("bench", "-"))), escape(cfg.label),
-                              str(epoch), f"{done}/{n}")
-    return table
-
-
-def _hhmm(t: float, now: float | None = None) -> str:
-    """HH:MM (UTC), with the date when it is not today (store.text.utc_clock)."""
-    import time
-
-    from store.text import utc_clock
-
-    return utc_clock(t, time.time() if now is None else now)
-
-
-def host_lines(db, configs, now: float | None = None) -> list[str]:  # noqa: ANN001
-    """One line per engine whose host is in an outage or paused (times UTC)."""
-    import time
-    from urllib.parse import urlsplit
-
-    from engines.registry import ENGINES
-    from store.models import HostState
-
-    now = time.time() if now is None else now
-    names: dict[str, list[str]] = {}
-    for cfg in configs:
-        cls = ENGINES.get(cfg.engine)
-        url = (cfg.params or {}).get("base_url") or (cls.DEFAULT_URL if cls is not None else "")
-        host = urlsplit(url).netloc.rpartition("@")[2]
-        if host and cfg.engine not in names.setdefault(host, []):
-            names[host].append(cfg.engine)
-    with db.session() as s:
-        rows = s.execute(sa.select(HostState.host, HostState.paused_until, HostState.outage_since,
-                                   HostState.outage_reason)).all()
-    from store.text import escaped
-
-    out = []
-    for host, paused, since, reason in rows:
-        who = ", ".join(names.get(host, [])) or host
-        if since is not None:
-            nxt = f", next try {_hhmm(paused, now)}" if paused is not None and paused > now else ", next try now"
-            out.append(escaped(f"{who}: outage since {_hhmm(since, now)}{nxt} (UTC; {reason})"))
-        elif paused is not None and paused > now:
-            out.append(escaped(f"{who}: paused until {_hhmm(paused, now)} (UTC; the server's Retry-After)"))
-    return out
-
-
-def drop_lines(db, configs) -> list[str]:  # noqa: ANN001
-    """Per configuration: items its parser dropped (tolerant parse) in current answers."""
-    from store.models import Answer
-
-    out = []
-    with db.session() as s:
-        for cfg in configs:
-            n, answers = s.execute(
-                sa.select(sa.func.coalesce(sa.func.sum(Answer.dropped_items), 0), sa.func.count())
-                .where(Answer.config_id == cfg.id, ~Answer.superseded, Answer.dropped_items > 0)
-            ).one()
-            if n:
-                out.append(f"{cfg.label}: {n} item(s) dropped by the parser in {answers} answer(s)")
-    return out
 
 
 def register(app: typer.Typer) -> None:

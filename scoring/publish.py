@@ -1,7 +1,7 @@
 """``engines publish``: one WARC/1.1 file that holds everything a leaderboard's numbers need.
 
 The bundle is an ``engines export`` bundle (warcinfo, then request/response or metadata
-records per exchange, written by :func:`store.bundle._write_exchange`) of every exchange
+records per exchange, written by :func:`crawler.bundle._write_exchange`) of every exchange
 of each scored remote configuration and epoch, failures included, followed by
 ``resource`` records (format ``engines.leaderboard/1``):
 
@@ -21,7 +21,7 @@ of each scored remote configuration and epoch, failures included, followed by
 The warcinfo adds to the export's lines the tool version, each engine's parser version
 and every hash (claim, runs, benchmark, corpora, files). ``engines import`` reads such a
 bundle as any other (resource records are not exchanges); ``engines verify``
-(:mod:`crawler.verify`) re-derives the claim from it.
+(:mod:`scoring.verify`) re-derives the claim from it.
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     from warcio.warcwriter import WARCWriter
 
     from engines.registry import ENGINES
-    from store.bundle import _warc_date, _warcinfo_fields, _write_exchange, ExportSummary, exchange_columns
+    from crawler.bundle import _warc_date, _warcinfo_fields, _write_exchange, ExportSummary, exchange_columns
     from store.models import Answer, Benchmark, EngineConfig, Epoch, Exchange, Hit, Query
     from store.types import utcnow
 
@@ -367,7 +367,7 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     for role, spec, data in files:
         lines.append("file: " + _hdr({"role": role, "spec": spec, "sha256": sha(data)}))
     if not info:
-        from store.bundle import BUNDLE_FORMAT
+        from crawler.bundle import BUNDLE_FORMAT
 
         info = (f"software: engines/{code_version()}\r\nformat: {BUNDLE_FORMAT}\r\nconformsTo: WARC/1.1\r\n"
                 f"created: {_warc_date(utcnow())}\r\n").encode()

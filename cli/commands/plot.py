@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from engines.commands.common import get_db, info
+from cli.commands.common import get_db, info
 from store.errors import InputError
 
 
@@ -26,7 +26,7 @@ def plot_command(
     from_json: Optional[Path] = typer.Option(None, "--from-json", help="Plot this score JSON instead of scoring the database."),
 ) -> None:
     """Draw curves k = 1…200 with bootstrap bands, in leaderboard order, for a paper."""
-    from engines.commands.report import read_score_json
+    from scoring.document import read_score_json
     from scoring.plot import plot_curves
 
     if from_json is not None:

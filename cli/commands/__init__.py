@@ -1,0 +1,1 @@
+"""CLI command groups. Each module exposes ``register(app)``; ``cli.main`` lists them."""

@@ -1,1 +1,0 @@
-"""CLI command groups. Each module exposes ``register(app)``; ``engines.cli`` lists them."""
