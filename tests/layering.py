@@ -176,11 +176,6 @@ def function_lengths(root: Path) -> list[tuple[str, int]]:
                     and isinstance(body[0].value.value, str) and len(body) > 1:
                 start = body[1].lineno  # a docstring is free, like the signature
             total = node.end_lineno - start + 1
-            for inner in ast.walk(node):
-                if inner is not node and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
-                        and not isinstance(inner, ast.Lambda):
-                    # only direct nested defs: subtract each once (outermost nested)
-                    pass
             nested = _direct_nested(node)
             total -= sum(n.end_lineno - (n.decorator_list[0].lineno if n.decorator_list else n.lineno) + 1
                          for n in nested)
