@@ -160,7 +160,7 @@ def long_files(root: Path) -> list[tuple[str, int]]:
 
 def function_lengths(root: Path) -> list[tuple[str, int]]:
     """(path:line name, body lines) of every function, counted from its first
-    statement to its last line; a nested function counts on its own, not in the
+    statement (a docstring included) to its last line; a nested function counts on its own, not in the
     outer one."""
     out = []
     for path in modules(root).values():
@@ -171,10 +171,7 @@ def function_lengths(root: Path) -> list[tuple[str, int]]:
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             body = node.body
-            start = body[0].lineno
-            if isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-                    and isinstance(body[0].value.value, str) and len(body) > 1:
-                start = body[1].lineno  # a docstring is free, like the signature
+            start = body[0].lineno  # the signature is free, the docstring counts
             total = node.end_lineno - start + 1
             nested = _direct_nested(node)
             total -= sum(n.end_lineno - (n.decorator_list[0].lineno if n.decorator_list else n.lineno) + 1
