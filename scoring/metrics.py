@@ -272,22 +272,7 @@ def per_query_curves(qm: QueryMatrix, k_max: int = K_MAX) -> Curves:
         covered = (h == sizes).astype(np.float64)
         steps = None
 
-    # Covered (paper): per route, all its units found by k ⇔ the route's max position ≤ k.
-    covered_paper = covered
-    multi = (qm.kinds == 1) | (qm.kinds == 2)
-    has_routes = multi.any(axis=1)
-    if has_routes.any():
-        covered_paper = covered.copy()
-        big = k_max + 1
-        pos_inf = np.where(found, pos, big)
-        covered_paper[has_routes] = 0.0
-        for code in (1, 2):
-            in_route = (qm.kinds == code) & valid
-            nonempty = in_route.any(axis=1) & has_routes
-            worst = np.where(in_route, pos_inf, 0).max(axis=1)  # latest unit of the route
-            ok = nonempty & (worst <= k_max)
-            reach = (ks[None, :] >= worst[:, None]) & ok[:, None]
-            covered_paper = np.maximum(covered_paper, reach.astype(np.float64))
+    covered_paper = _covered_paper(qm, covered, pos, found, valid, ks, k_max)
 
     first = np.where(found, pos, np.iinfo(np.int64).max).min(axis=1)
     rr = np.where(first <= k_max, 1.0 / np.maximum(first, 1), 0.0)
@@ -303,6 +288,27 @@ def per_query_curves(qm: QueryMatrix, k_max: int = K_MAX) -> Curves:
         qs, at, _ = steps["recall"]
         steps["rr"], steps["ap"] = (qs, at, rr[qs]), (qs, at, ap[qs])
     return Curves(k_max, recall, precision, ndcg, covered, covered_paper, rr, ap, pr, steps)
+
+
+def _covered_paper(qm: QueryMatrix, covered: np.ndarray, pos: np.ndarray, found: np.ndarray,
+                   valid: np.ndarray, ks: np.ndarray, k_max: int) -> np.ndarray:
+    """Covered (paper): per route, all its units found by k ⇔ the route's max position ≤ k."""
+    covered_paper = covered
+    multi = (qm.kinds == 1) | (qm.kinds == 2)
+    has_routes = multi.any(axis=1)
+    if has_routes.any():
+        covered_paper = covered.copy()
+        big = k_max + 1
+        pos_inf = np.where(found, pos, big)
+        covered_paper[has_routes] = 0.0
+        for code in (1, 2):
+            in_route = (qm.kinds == code) & valid
+            nonempty = in_route.any(axis=1) & has_routes
+            worst = np.where(in_route, pos_inf, 0).max(axis=1)  # latest unit of the route
+            ok = nonempty & (worst <= k_max)
+            reach = (ks[None, :] >= worst[:, None]) & ok[:, None]
+            covered_paper = np.maximum(covered_paper, reach.astype(np.float64))
+    return covered_paper
 
 
 def _interpolated_pr(pos: np.ndarray, found: np.ndarray, cpos: np.ndarray, cfound: np.ndarray,
