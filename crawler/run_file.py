@@ -1,0 +1,291 @@
+"""Run files from elsewhere, read: a TREC or JSONL run file into ranked lists (:func:`parse_run`).
+
+A TREC ``qid Q0 docno rank score tag`` file (plain or ``.gz``), its order the rank column,
+its DOCNOs read back through our export's ``docnos.tsv`` when there is one; or JSONL
+``{"qid"|"query": ..., "ranked": [names]}``. All or nothing: an error names the first bad
+line. :mod:`crawler.runs` matches the lists to a benchmark and writes them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from store.errors import InputError
+
+FORMATS = ("trec", "jsonl")
+MAX_LINE_BYTES = 1 << 20
+DOCNOS_FILE = "docnos.tsv"  # written by scoring.export beside its run files
+
+
+@dataclass
+class RunList:
+    key: str  # the qid, or the query text (``by == "query"``)
+    by: str  # "qid" | "query"
+    line: int  # the first line of the list in the file
+    names: list[str]
+
+
+@dataclass
+class ParsedRun:
+    path: Path
+    sha256: str
+    format: str
+    lists: list[RunList]
+    lines: int
+    # Queries whose scores disagree with the rank column (TREC): we keep the rank order.
+    score_disagreements: int = 0
+    docnos: str | None = None  # the mapping file the DOCNOs were read through
+    # Our own export names each run's result cap in docnos.tsv; else the longest list gives it.
+    cap_known: bool = False
+    result_cap: int | None = None
+
+
+# ------------------------------------------------------------------------- reading
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, gunzipped when they are gzip data."""
+    if not path.is_file():
+        raise InputError(f"run file {path} does not exist or is not a file")
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"{path}: broken gzip data ({exc}); re-compress or pass the plain file") from None
+    return raw
+
+
+def _open_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    for lineno, line in enumerate(io.BytesIO(_read_bytes(path)), start=1):
+        if len(line) > MAX_LINE_BYTES:
+            raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
+        yield lineno, line
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_docnos(path: Path) -> tuple[dict[str, str], dict[str, int | None]]:
+    """DOCNO → name from a ``docnos.tsv`` of our TREC export (placeholders map to themselves),
+    and run tag → result cap from its ``# result_cap`` lines."""
+    if not path.is_file():
+        raise InputError(f"--docnos {path} does not exist or is not a file")
+    out: dict[str, str] = {}
+    caps: dict[str, int | None] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.startswith("# result_cap\t"):
+            parts = line.split("\t")
+            if len(parts) == 3 and (parts[2] == "none" or parts[2].isdigit()):
+                caps[parts[1]] = None if parts[2] == "none" else int(parts[2])
+            continue
+        if not line.strip() or line.startswith("#"):
+            continue
+        doc, sep, name = line.partition("\t")
+        if not sep:
+            raise InputError(f"{path}:{lineno}: expected 'DOCNO<TAB>name'; is this a docnos.tsv of engines score --trec?")
+        # "!dup!<rank>" (a repeat, or a gold row the matching did not credit) stays a
+        # placeholder: it never resolves and keeps its rank. "!u<j>!…" (a credited row whose
+        # unit's names all went to earlier units) maps to that unit's first name.
+        out[doc] = doc if doc.startswith("!dup!") or not name else name
+    return out, caps
+
+
+def _detect(path: Path) -> str:
+    for _, line in _open_lines(path):
+        if line.strip():
+            return "jsonl" if line.lstrip().startswith(b"{") else "trec"
+    raise InputError(f"{path}: the run file is empty")
+
+
+def parse_run(
+    path: str | Path,
+    fmt: str | None = None,
+    docnos: str | Path | None = None,
+    *,
+    qids: set[str] | None = None,
+    texts: set[str] | None = None,
+    bench: str | None = None,
+) -> ParsedRun:
+    """Read a run file into ranked lists (all or nothing; errors name the first bad line).
+
+    ``fmt``: "trec" | "jsonl" | None (by content). A TREC file's order is its rank column
+    (renumbered 1..n; a rank repeated within a query is refused). DOCNOs are names; when a
+    ``docnos.tsv`` is given (or lies beside the file) they are read back through it.
+    ``qids`` / ``texts``: the benchmark's, to refuse unknown keys at their line.
+    """
+    path = Path(path).expanduser()
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r}: expected trec or jsonl")
+    fmt = fmt or _detect(path)
+    mapping_path: Path | None = None
+    if fmt == "trec":
+        if docnos is not None:
+            mapping_path = Path(docnos).expanduser()
+        elif (path.parent / DOCNOS_FILE).is_file():
+            mapping_path = path.parent / DOCNOS_FILE
+    elif docnos is not None:
+        raise InputError("--docnos applies to TREC runs only")
+    mapping, caps = read_docnos(mapping_path) if mapping_path is not None else (None, {})
+    check = _key_check(path, qids, texts, bench)
+    if fmt == "jsonl":
+        return _parse_jsonl(path, check)
+    return _parse_trec(path, check, mapping, mapping_path, caps)
+
+
+def _key_check(path: Path, qids: set[str] | None, texts: set[str] | None, bench: str | None):
+    """``check(key, by, lineno)``: refuses a qid or query text the benchmark does not have."""
+
+    def check(key: str, by: str, lineno: int) -> None:
+        known = qids if by == "qid" else texts
+        if known is not None and key not in known:
+            other = " (is this a run for another benchmark?)" if bench else ""
+            what = f"qid {key!r}" if by == "qid" else f"query text {key[:60]!r}"
+            raise InputError(f"{path}:{lineno}: {what} is not in benchmark {bench}{other}; "
+                             "remove the line or import into the right --bench")
+
+    return check
+
+
+def _parse_jsonl(path: Path, check) -> ParsedRun:
+    """A JSONL run: one ``{"qid"|"query": ..., "ranked": [names]}`` per line."""
+    lines = 0
+    lists: dict[tuple[str, str], RunList] = {}
+    for lineno, raw in _open_lines(path):
+        lines = lineno
+        if not raw.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(raw)
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+            raise InputError(f"{where}: not a JSON line ({why}); expected {{\"qid\": ..., \"ranked\": [names]}}") from None
+        if not isinstance(obj, dict) or "ranked" not in obj or ("qid" in obj) == ("query" in obj):
+            raise InputError(f"{where}: expected {{\"qid\" or \"query\": ..., \"ranked\": [names]}} (one of qid/query)")
+        by = "qid" if "qid" in obj else "query"
+        key = obj[by]
+        if by == "qid" and isinstance(key, int) and not isinstance(key, bool):
+            key = str(key)
+        if not isinstance(key, str) or not key.strip():
+            raise InputError(f"{where}: {by!r} must be a non-empty string")
+        key = key.strip()
+        names = _jsonl_names(obj["ranked"], where)
+        if (by, key) in lists:
+            raise InputError(f"{where}: {by} {key[:60]!r} already has a list (line {lists[(by, key)].line}); "
+                             "give each query one line")
+        check(key, by, lineno)
+        lists[(by, key)] = RunList(key, by, lineno, names)
+    if not lists:
+        raise InputError(f"{path}: no ranked lists in the file")
+    return ParsedRun(path, file_sha256(path), "jsonl", list(lists.values()), lines,
+                     docnos=None)
+
+
+def _jsonl_names(ranked: Any, where: str) -> list[str]:
+    """The names of one JSONL line's ``ranked`` (a name given as components is joined with dots)."""
+    if not isinstance(ranked, list):
+        raise InputError(f"{where}: 'ranked' must be a list of names")
+    names: list[str] = []
+    for i, n in enumerate(ranked):
+        if isinstance(n, list) and n and all(isinstance(p, str) for p in n):
+            n = ".".join(n)  # components, stored dotted as crawled list names are
+        if not isinstance(n, str) or not n.strip():
+            raise InputError(f"{where}: 'ranked'[{i}] is not a name (a non-empty string)")
+        names.append(n)
+    return names
+
+
+def _parse_trec(path: Path, check, mapping: dict[str, str] | None, mapping_path: Path | None,
+                caps: dict[str, int | None]) -> ParsedRun:
+    """A TREC run (``qid Q0 docno rank score tag``), DOCNOs read through ``mapping`` when given."""
+    raw = _read_bytes(path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = raw[:exc.start].count(b"\n") + 1
+        raise InputError(f"{path}:{lineno}: not UTF-8 text") from None
+    rows = text.split("\n")
+    if len(raw) > MAX_LINE_BYTES and max(map(len, rows)) > MAX_LINE_BYTES:
+        lineno = next(i for i, r in enumerate(rows, start=1) if len(r) > MAX_LINE_BYTES)
+        raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
+    per, tags = _trec_rows(path, rows, check, mapping, mapping_path)
+    out, disagree = _trec_lists(path, per)
+    parsed = ParsedRun(path, file_sha256(path), "trec", out, len(rows), disagree,
+                       str(mapping_path) if mapping_path is not None else None)
+    if len(tags) == 1 and next(iter(tags)) in caps:
+        parsed.cap_known, parsed.result_cap = True, caps[next(iter(tags))]
+    return parsed
+
+
+def _trec_rows(path: Path, rows: list[str], check, mapping: dict[str, str] | None, mapping_path: Path | None,
+               ) -> tuple[dict[str, list[tuple[int, int, float, str]]], set[str]]:
+    """qid → its (rank, line, score, name) rows in file order, and the run tags seen."""
+    # The hot loop (perf/run_import.py): one split per line, checks that cost a compare.
+    per: dict[str, list[tuple[int, int, float, str]]] = {}
+    tags: set[str] = set()
+    last_tag = None
+    get = mapping.get if mapping is not None else None
+    for lineno, line in enumerate(rows, start=1):
+        cols = line.split()
+        if len(cols) != 6:
+            if not cols:
+                continue
+            raise InputError(f"{path}:{lineno}: expected 'qid Q0 docno rank score tag' (6 columns), got {len(cols)}")
+        qid, _, doc, rank_s, score_s, tag = cols
+        if tag != last_tag:
+            tags.add(tag)
+            last_tag = tag
+        try:
+            rank = int(rank_s)
+            score = float(score_s)
+        except ValueError:
+            raise InputError(f"{path}:{lineno}: rank {rank_s!r} must be an integer and score {score_s!r} a number") from None
+        ranked = per.get(qid)
+        if ranked is None:
+            check(qid, "qid", lineno)
+            ranked = per[qid] = []
+        if get is not None:
+            name = get(doc)
+            if name is None:
+                raise InputError(f"{path}:{lineno}: DOCNO {doc!r} is not in {mapping_path}; "
+                                 "pass the docnos.tsv written with this run")
+        else:
+            name = doc
+        ranked.append((rank, lineno, score, name))
+    if not per:
+        raise InputError(f"{path}: no run lines in the file")
+    return per, tags
+
+
+def _trec_lists(path: Path, per: dict[str, list[tuple[int, int, float, str]]]) -> tuple[list[RunList], int]:
+    """One list per qid in rank order, and how many queries' scores disagree with their ranks."""
+    out: list[RunList] = []
+    disagree = 0
+    repeated: list[tuple[int, int, str]] = []  # (line, rank, qid) of each rank given twice
+    for qid, ranked in per.items():
+        first_line = ranked[0][1]
+        ranked.sort()
+        ranks = [r[0] for r in ranked]
+        if len(set(ranks)) != len(ranks):
+            repeated.extend((b[1], b[0], qid) for a, b in zip(ranked, ranked[1:]) if a[0] == b[0])
+            continue
+        scores = [r[2] for r in ranked]
+        if scores != sorted(scores, reverse=True):
+            disagree += 1
+        out.append(RunList(qid, "qid", first_line, [r[3] for r in ranked]))
+    if repeated:
+        lineno, rank, qid = min(repeated)
+        raise InputError(f"{path}:{lineno}: rank {rank} repeated in query {qid!r}; each rank once per query")
+    return out, disagree
