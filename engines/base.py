@@ -15,6 +15,10 @@ Contract (the crawler relies on exactly this):
   200 + ``error``). Retryable HTTP statuses are decided by the crawler, not here.
 - ``adapter.identity()`` → the result-changing parameters; ``config_hash(identity)``
   keys the cache, so changing any of them makes a new configuration.
+- ``adapter.read_request(method, url, body)`` → the inverse of ``build_request``: an
+  :class:`AskedFor` (the query texts and the parameters the request shows), or None when
+  it is not a request this adapter builds. An import recognises with it the requests
+  another tool archived (crawler.bundle).
 
 Also here: :func:`parse_rate` (``"3/30s"`` → :class:`Rate`), the plumbing the remote
 adapters share (:class:`RemoteAdapter`, :func:`decode_json_body`), and the one place that
@@ -142,6 +146,19 @@ class EngineOutage(Exception):
 OUTAGE_STATUSES = (405, 502, 503, 504)
 
 
+@dataclass(frozen=True)
+class AskedFor:
+    """What one request asked an engine for (:meth:`RemoteAdapter.read_request`).
+
+    ``texts``: the query texts, as ``build_request`` was given them. ``params``: the
+    constructor keywords the request shows (``num_results``, ``version``...); a field the
+    request does not carry is left out, so the adapter's default applies to it.
+    """
+
+    texts: list[str]
+    params: dict[str, Any] = field(default_factory=dict)
+
+
 @runtime_checkable
 class Adapter(Protocol):
     engine: str  # registry name, e.g. "leansearch"
@@ -161,6 +178,8 @@ class Adapter(Protocol):
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
     ) -> list[list[ParsedHit]]: ...
+
+    def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None: ...
 
 
 def config_hash(identity: Mapping[str, Any]) -> str:
@@ -271,6 +290,17 @@ def decode_json_body(engine: str, status_code: int, headers: Mapping[str, str], 
     return clean_json(data) if b"\\u" in body else data
 
 
+def request_json(body: bytes | None) -> dict[str, Any] | None:
+    """The JSON object a request body holds, or None (no body, not JSON, not an object)."""
+    if not body:
+        return None
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def decode_json_object(engine: str, status_code: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
     """:func:`decode_json_body` for APIs whose answer is a JSON object."""
     data = decode_json_body(engine, status_code, headers, body)
@@ -311,7 +341,8 @@ class RemoteAdapter:
 
     Subclasses set ``engine``, ``endpoint_version``, ``parser_version``, ``defaults``,
     ``DEFAULT_URL`` and ``PARAMS`` (the result-changing parameters beyond
-    ``num_results``, with defaults), and implement ``build_request`` and ``parse``.
+    ``num_results``, with defaults), and implement ``build_request``, its inverse
+    ``read_request``, and ``parse``.
     """
 
     engine: str = ""
@@ -379,6 +410,36 @@ class RemoteAdapter:
         if status_code in OUTAGE_STATUSES:
             return f"HTTP {status_code}: {_snippet(body, 100)}"
         return None
+
+    def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:
+        """The inverse of :meth:`build_request`: what a request asked for, or None.
+
+        None when the request is not one this adapter builds: another method, another host
+        or path than its base URL's endpoint, or a body or query without this engine's
+        fields. A request of its shape whose value cannot be read (``num_results`` not a
+        number) raises ``ValueError``. Round trip: ``read_request`` of
+        ``build_request(texts)`` gives ``texts`` back, and its ``params`` rebuild an
+        adapter with the same identity (except where an adapter's docstring says).
+        Adapters that recognise nothing keep this default.
+        """
+        return None
+
+    def _sent_to(self, method: str, url: str, want: str, path: str) -> dict[str, list[str]] | None:
+        """The query parameters of ``url`` when the request is a ``want`` to this adapter's base
+        URL + ``path`` (host and path compared, a trailing ``/`` ignored), else None."""
+        from urllib.parse import parse_qs, urlsplit
+
+        if str(method).strip().upper() != want:
+            return None
+        try:
+            got, endpoint = urlsplit(url), urlsplit(self.base_url + path)
+        except ValueError:
+            return None
+        if got.netloc.rpartition("@")[2].lower() != self.host.lower():
+            return None
+        if got.path.rstrip("/") != endpoint.path.rstrip("/"):
+            return None
+        return parse_qs(got.query)
 
     def _headers(self, *, json_body: bool = False) -> dict[str, str]:
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from engines.base import (
+    AskedFor,
     EngineDefaults,
     EngineHTTPError,
     EngineParseError,
@@ -73,6 +74,18 @@ class LeanExploreAdapter(RemoteAdapter):
         if key and self.host == urlsplit(self.DEFAULT_URL).netloc:
             headers["Authorization"] = f"Bearer {key}"
         return self._request("GET", f"{self.base_url}/search", params=query, headers=headers)
+
+    def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:
+        """``GET <base>/search?q=&limit=&packages=`` → the text, ``num_results`` and ``packages``."""
+        q = self._sent_to(method, url, "GET", "/search")
+        if not q or not q.get("q"):
+            return None
+        params: dict[str, Any] = {}
+        if q.get("limit"):
+            params["num_results"] = int(q["limit"][0])
+        if q.get("packages"):
+            params["packages"] = q["packages"][0]
+        return AskedFor(q["q"][:1], params)
 
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes

@@ -39,6 +39,7 @@ from urllib.parse import unquote
 import httpx
 
 from engines.base import (
+    AskedFor,
     EngineDefaults,
     EngineHTTPError,
     EngineParseError,
@@ -48,6 +49,7 @@ from engines.base import (
     RemoteAdapter,
     decode_json_object,
     finish_hits,
+    request_json,
 )
 from store.errors import InputError
 
@@ -89,6 +91,23 @@ class LeanFinderAdapter(RemoteAdapter):
             payload["version"] = self.params["version"]
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         return self._request("POST", self.base_url, headers=self._headers(json_body=True), content=body)
+
+    def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:
+        """``POST <endpoint>`` with ``{"inputs", "top_k", "version"}`` → the text, ``num_results``, ``version``.
+
+        A request without ``version`` (as sent before 2026-05-20, or by ``version=None``)
+        leaves ``version`` to the default, as imports always read it: the one place the
+        round trip of the identity does not hold (the texts' does).
+        """
+        data = request_json(body) if self._sent_to(method, url, "POST", "") is not None else None
+        if data is None or not isinstance(data.get("inputs"), str):
+            return None
+        params: dict[str, Any] = {}
+        if data.get("top_k"):
+            params["num_results"] = int(data["top_k"])
+        if data.get("version") is not None:
+            params["version"] = data["version"]
+        return AskedFor([data["inputs"]], params)
 
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes

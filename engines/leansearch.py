@@ -28,6 +28,7 @@ from typing import Any, Mapping
 import httpx
 
 from engines.base import (
+    AskedFor,
     EngineDefaults,
     EngineHTTPError,
     EngineParseError,
@@ -37,6 +38,7 @@ from engines.base import (
     RemoteAdapter,
     decode_json_body,
     finish_hits,
+    request_json,
 )
 
 MAX_NUM_RESULTS = 150  # server-side validation since 2025-09-12 (frenzymath/LeanSearch f264465)
@@ -97,6 +99,15 @@ class LeanSearchAdapter(RemoteAdapter):
         body = json.dumps({"query": list(texts), "num_results": self.num_results}, ensure_ascii=False)
         return self._request("POST", f"{self.base_url}/search", headers=self._headers(json_body=True),
                              content=body.encode("utf-8"))
+
+    def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:
+        """``POST /search`` with ``{"query": [texts], "num_results": n}`` → texts and ``num_results``."""
+        data = request_json(body) if self._sent_to(method, url, "POST", "/search") is not None else None
+        texts = data.get("query") if data is not None else None
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            return None
+        params = {"num_results": int(data["num_results"])} if data.get("num_results") else {}
+        return AskedFor(list(texts), params)
 
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes

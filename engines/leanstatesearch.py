@@ -6,6 +6,7 @@ must be a valid Lean proof state" (§6.3). The benchmark texts are statements, n
 goals, so a text without ``⊢`` is sent as the goal ``⊢ <text>`` (a goal with no
 hypotheses: the closest proof state to a bare statement; how well the engine ranks
 such goals is untested, §6.1). A text that already holds ``⊢`` is sent unchanged.
+Read back (``read_request``, :func:`goal_text`), ``⊢ <statement>`` gives the statement.
 
 ``rev`` is the Lean/Mathlib revision searched, a result-changing parameter (part of the
 identity); the default ``v4.22.0`` is lean-lsp-mcp's. ``results`` is ``num_results``.
@@ -30,6 +31,7 @@ from typing import Any, Mapping
 import httpx
 
 from engines.base import (
+    AskedFor,
     EngineDefaults,
     EngineHTTPError,
     EngineParseError,
@@ -49,6 +51,23 @@ GOAL = "⊢"
 def goal_query(text: str) -> str:
     """The proof state sent for ``text``: unchanged when it holds ``⊢``, else ``⊢ <text>``."""
     return text if GOAL in text else f"{GOAL} {text}"
+
+
+def goal_text(query: str) -> str | None:
+    """The text whose :func:`goal_query` is ``query``; None when no text gives it (no ``⊢``).
+
+    Not unique: ``"⊢ a = b"`` is sent both for the statement ``a = b`` and for the text
+    ``⊢ a = b``. The statement wins: ``"⊢ "`` followed by a rest without ``⊢`` gives the
+    rest (benchmark texts are statements, and the crawler sends its ``⊢`` prefix only to
+    them, so this is the text its answers are filed under); any other query holding ``⊢``
+    (a proof state with hypotheses, ``"⊢a"``) is its own text. Always
+    ``goal_query(goal_text(q)) == q``; ``goal_text(goal_query(t)) == t`` for every ``t``
+    except a text that is itself ``"⊢ "`` + a statement.
+    """
+    if GOAL not in query:
+        return None
+    rest = query.removeprefix(f"{GOAL} ")
+    return rest if rest != query and GOAL not in rest else query
 
 
 def error_message(data: Any) -> str | None:
@@ -83,6 +102,20 @@ class LeanStateSearchAdapter(RemoteAdapter):
         self._check_texts(texts)
         query = {"query": goal_query(texts[0]), "results": self.num_results, "rev": self.params["rev"]}
         return self._request("GET", f"{self.base_url}/api/search", params=query, headers=self._headers())
+
+    def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:
+        """``GET /api/search?query=&results=&rev=`` → the text (:func:`goal_text`: a bare
+        ``⊢ <statement>`` gives the statement), ``num_results`` and ``rev``."""
+        q = self._sent_to(method, url, "GET", "/api/search")
+        text = goal_text(q["query"][0]) if q and q.get("query") else None
+        if text is None:
+            return None
+        params: dict[str, Any] = {}
+        if q.get("results"):
+            params["num_results"] = int(q["results"][0])
+        if q.get("rev"):
+            params["rev"] = q["rev"][0]
+        return AskedFor([text], params)
 
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes

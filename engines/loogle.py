@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import httpx
 
 from engines.base import (
+    AskedFor,
     EngineDefaults,
     EngineHTTPError,
     EngineOutage,
@@ -56,6 +57,11 @@ class LoogleAdapter(RemoteAdapter):
     def build_request(self, texts: list[str]) -> httpx.Request:
         self._check_texts(texts)
         return self._request("GET", f"{self.base_url}/json", params={"q": texts[0]}, headers=self._headers())
+
+    def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:
+        """``GET /json?q=`` → the text (Loogle takes no other parameter)."""
+        q = self._sent_to(method, url, "GET", "/json")
+        return AskedFor(q["q"][:1]) if q and q.get("q") else None
 
     def outage_reason(self, status_code: int, headers: Mapping[str, str], body: bytes) -> str | None:
         reason = super().outage_reason(status_code, headers, body)

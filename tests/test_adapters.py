@@ -379,3 +379,73 @@ def test_parse_error_messages_name_the_problem():
         a.parse(["q"], 200, {"Content-Type": "text/html"}, HTML)
     with pytest.raises(EngineHTTPError, match="HTTP 502"):
         a.parse(["q"], 502, {"Content-Type": "text/html"}, HTML)
+
+
+# --- read_request: the inverse of build_request ----------------------------------------
+
+ROUND_TRIPS = [
+    ("leansearch", {}, ["commutativity of addition"]),
+    ("leansearch", {"batch_size": 3, "num_results": 150}, ["first query", "ζ second", "a + b = b + a"]),
+    ("leanexplore", {}, ["commutative addition"]),
+    ("leanexplore", {"num_results": 7, "packages": "Mathlib,Batteries"}, ["a & b = c?#frag"]),
+    ("leanfinder", {}, ["fundamental theorem of calculus"]),
+    ("leanfinder", {"num_results": 20, "version": "v4.28.0"}, ["∀ n : ℕ, n + 0 = n"]),
+    ("loogle", {}, ["|- tsum _ = _ * tsum _"]),
+    ("loogle", {}, ["Real.sqrt, \"sq\""]),
+    ("leanstatesearch", {}, ["a + b = b + a"]),
+    ("leanstatesearch", {"num_results": 10, "rev": "v4.19.0"}, ["x y : ℕ\nh : x < y\n⊢ x + 1 ≤ y"]),
+    ("leanstatesearch", {}, ["⊢a = b"]),
+]
+
+
+@pytest.mark.parametrize("engine,params,texts", ROUND_TRIPS)
+def test_read_request_is_the_inverse_of_build_request(engine, params, texts):
+    """build_request(texts) read back gives the texts, and parameters that rebuild the same identity."""
+    a = get_adapter(engine, **params)
+    r = a.build_request(texts)
+    asked = a.read_request(r.method, str(r.url), r.content)
+    assert asked is not None and asked.texts == texts
+    assert get_adapter(engine, **asked.params).identity() == a.identity()
+    # The engine's default adapter (the one an import asks) reads it the same way.
+    assert get_adapter(engine).read_request(r.method, str(r.url), r.content) == asked
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_read_request_refuses_what_its_build_request_never_sends(engine):
+    a = get_adapter(engine)
+    r = a.build_request(["x = x"])
+    url, body = str(r.url), r.content
+    other = "PUT" if r.method != "PUT" else "GET"
+    assert a.read_request(other, url, body) is None  # another method
+    assert a.read_request(r.method, url.replace(r.url.host, "example.org"), body) is None  # another host
+    path = r.url.path.rstrip("/") + "/elsewhere"
+    assert a.read_request(r.method, str(r.url.copy_with(path=path)), body) is None  # another path
+    assert a.read_request(r.method, str(r.url.copy_with(query=None)), b"") is None  # no query at all
+
+
+def test_leanfinder_without_version_is_read_as_the_default_version():
+    """A request without `version` (before 2026-05-20, or version=None) leaves the version to the
+    default, as imports always read it: the texts round-trip, the identity does not."""
+    old = get_adapter("leanfinder", version=None)
+    r = old.build_request(["x"])
+    asked = old.read_request(r.method, str(r.url), r.content)
+    assert asked.texts == ["x"] and "version" not in asked.params
+
+
+def test_leanstatesearch_goal_prefix_is_stripped_back_to_the_statement():
+    """`⊢ <statement>` is sent for the statement and for the text `⊢ <statement>` alike: read back,
+    it is the statement (the text the crawler sends it for); a proof state is its own text."""
+    from engines.leanstatesearch import goal_query, goal_text
+
+    a = get_adapter("leanstatesearch")
+    for text, sent, back in [("a = b", "⊢ a = b", "a = b"), ("⊢ a = b", "⊢ a = b", "a = b"),
+                             ("h : P\n⊢ Q", "h : P\n⊢ Q", "h : P\n⊢ Q"), ("⊢ ⊢ x", "⊢ ⊢ x", "⊢ ⊢ x"),
+                             ("  spaced", "⊢   spaced", "  spaced")]:
+        r = a.build_request([text])
+        assert r.url.params["query"] == sent == goal_query(text)
+        assert a.read_request(r.method, str(r.url), r.content).texts == [back]
+        assert goal_query(goal_text(sent)) == sent
+    # A query without ⊢ is never sent (the server refuses it with 400): not this adapter's request.
+    assert goal_text("a = b") is None
+    url = "https://premise-search.com/api/search?query=a+%3D+b&results=50&rev=v4.22.0"
+    assert a.read_request("GET", url, b"") is None
