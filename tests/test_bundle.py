@@ -254,3 +254,50 @@ def test_an_outage_body_in_an_imported_warc_is_a_failed_parse_not_a_crash(tmp_pa
         assert outcomes[True] is None and outcomes[False].startswith("outage: ")
     finally:
         dst.dispose()
+
+
+def test_a_foreign_leanstatesearch_request_yields_its_text(tmp_path: Path, sqlite_url: str) -> None:
+    """Another tool's LeanStateSearch requests are read by that adapter's inverse: the goal
+    `⊢ <statement>` gives back the statement, a proof state stays itself, `results` and `rev`
+    make the configuration (before, they went through Loogle's reading and gave no text)."""
+    from urllib.parse import urlencode
+
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    from engines.base import config_hash
+    from engines.registry import get_adapter
+
+    answer = json.dumps([{"name": "Nat.add_comm", "formal_type": "a + b = b + a", "module": "M",
+                          "rev": "v4.19.0"}]).encode()
+    goals = [("∀ a b : ℕ, a + b = b + a", "⊢ ∀ a b : ℕ, a + b = b + a"),
+             ("a b : ℕ\n⊢ a + b = b + a", "a b : ℕ\n⊢ a + b = b + a")]
+    path = tmp_path / "lss.warc.gz"
+    with open(path, "wb") as fh:
+        w = WARCWriter(fh, gzip=True)
+        for _, query in goals:
+            target = "/api/search?" + urlencode({"query": query, "results": 20, "rev": "v4.19.0"})
+            url = "https://premise-search.com" + target
+            req = w.create_warc_record(url, "request", payload=io.BytesIO(b""), length=0,
+                                       http_headers=StatusAndHeaders(f"GET {target} HTTP/1.1", [],
+                                                                     is_http_request=True))
+            resp = w.create_warc_record(url, "response", payload=io.BytesIO(answer), length=len(answer),
+                                        http_headers=StatusAndHeaders("200 OK", [("Content-Type", "application/json")],
+                                                                      protocol="HTTP/1.1"),
+                                        warc_headers_dict={"WARC-Concurrent-To": req.rec_headers.get_header("WARC-Record-ID")})
+            w.write_record(req)
+            w.write_record(resp)
+    load_mpr_and_slice(sqlite_url)
+    dst = open_database(sqlite_url)
+    try:
+        summary = import_bundle(dst, path)
+        assert summary.added == 2 and summary.foreign == 2 and summary.unpaired == 0 and summary.answers == 2
+        with dst.session() as s:
+            cfg = s.execute(sa.select(EngineConfig)).scalar_one()
+            want = get_adapter("leanstatesearch", num_results=20, rev="v4.19.0").identity()
+            assert cfg.engine == "leanstatesearch" and cfg.config_hash == config_hash(want)
+            got = [e.query_texts for e in s.execute(sa.select(Exchange).order_by(Exchange.id)).scalars()]
+            assert got == [[text] for text, _ in goals]
+            assert sorted(a.query_text for a in s.execute(sa.select(Answer)).scalars()) == sorted(t for t, _ in goals)
+    finally:
+        dst.dispose()

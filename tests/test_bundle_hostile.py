@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-import crawler.bundle as bundle_mod
+import crawler.bundle.records as bundle_mod
 from engines.base import config_hash
 from cli.main import app
 from crawler.bundle import BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_EPOCH, H_TEXTS, import_bundle

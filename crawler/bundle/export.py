@@ -1,0 +1,223 @@
+"""Export: the selected exchanges of the database as a WARC/1.1 bundle (crawler.bundle).
+
+Rows are streamed from the database (a server-side cursor on PostgreSQL) and records
+written to ``<name>.part``, renamed to the bundle's name only when complete. Publishing
+(scoring.publish) writes its records with the same pieces (:func:`_warcinfo_fields`,
+:func:`_write_exchange`, :func:`exchange_columns`).
+"""
+
+from __future__ import annotations
+
+import http
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+from urllib.parse import urlsplit
+
+import sqlalchemy as sa
+
+from crawler.bundle.warc import (
+    _MOVED, BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, _warc_date,
+)
+from store.errors import InputError
+from store.models import Benchmark, Corpus, EngineConfig, Epoch, Exchange
+from store.types import utcnow
+
+
+@dataclass
+class ExportSummary:
+    path: Path
+    exchanges: int = 0
+    records: int = 0
+    configs: int = 0
+    transport_errors: int = 0
+    bytes: int = 0
+
+
+def _select_configs(session, engines: Sequence[str] | None) -> list[EngineConfig]:
+    rows = list(session.execute(sa.select(EngineConfig).where(EngineConfig.local.is_(False))
+                                .order_by(EngineConfig.id)).scalars())
+    if not engines:
+        return rows
+    out: list[EngineConfig] = []
+    for want in engines:
+        w = want.strip()
+        hits = [c for c in rows if w.lower() in (c.engine, c.label.lower())
+                or (len(w) >= 6 and c.config_hash.startswith(w))]
+        if not hits:
+            known = ", ".join(sorted({c.engine for c in rows})) or "none"
+            raise InputError(f"--engine {want!r}: no remote configuration matches (engines with exchanges: {known})")
+        out.extend(c for c in hits if c not in out)
+    return out
+
+
+def _epoch_filter(session, configs: list[EngineConfig], epochs: Sequence[str] | None) -> dict[int, list[int] | None]:
+    """config id → epochs to export (None: all). An epoch is a number or an epoch label."""
+    if not epochs:
+        return {c.id: None for c in configs}
+    out: dict[int, list[int] | None] = {}
+    for c in configs:
+        labels = {e.label: e.epoch for e in session.execute(sa.select(Epoch).where(Epoch.config_id == c.id)).scalars()}
+        chosen = []
+        for spec in epochs:
+            if spec.isdigit():
+                chosen.append(int(spec))
+            elif spec in labels:
+                chosen.append(labels[spec])
+        out[c.id] = sorted(set(chosen))
+    if not any(out.values()):
+        raise InputError(f"--epoch {', '.join(epochs)}: no exported configuration has that epoch (give a number or an epoch label)")
+    return out
+
+
+def _http_request_block(method: str, url: str, headers: dict[str, Any]):
+    from warcio.statusandheaders import StatusAndHeaders
+
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return StatusAndHeaders(f"{method} {target} HTTP/1.1", [(k, str(v)) for k, v in headers.items()],
+                            is_http_request=True)
+
+
+def _http_response_block(status: int, headers: dict[str, Any], body_len: int):
+    from warcio.statusandheaders import StatusAndHeaders
+
+    try:
+        reason = http.HTTPStatus(status).phrase
+    except ValueError:
+        reason = "Unknown"
+    out = []
+    for k, v in headers.items():
+        out.append((ORIG + k if k.lower() in _MOVED else k, str(v)))
+    out.append(("Content-Length", str(body_len)))
+    return StatusAndHeaders(f"{status} {reason}", out, protocol="HTTP/1.1")
+
+
+def _warcinfo_fields(session, configs: list[EngineConfig], epoch_sel: dict[int, list[int] | None]) -> bytes:
+    from engines import code_version
+
+    lines = [f"software: engines/{code_version()}", f"format: {BUNDLE_FORMAT}", "conformsTo: WARC/1.1",
+             f"created: {_warc_date(utcnow())}"]
+    for c in configs:
+        lines.append("config: " + json.dumps({
+            "config_hash": c.config_hash, "engine": c.engine, "endpoint_version": c.endpoint_version,
+            "params": c.params, "label": c.label, "result_cap": c.result_cap, "licence": c.licence,
+        }, sort_keys=True, ensure_ascii=True))
+        want = epoch_sel.get(c.id)
+        for e in session.execute(sa.select(Epoch).where(Epoch.config_id == c.id).order_by(Epoch.epoch)).scalars():
+            if want is None or e.epoch in want:
+                lines.append("epoch: " + json.dumps({
+                    "config_hash": c.config_hash, "epoch": e.epoch, "label": e.label,
+                    "started_at": _warc_date(e.started_at) if e.started_at else None,
+                }, sort_keys=True, ensure_ascii=True))
+    for b in session.execute(sa.select(Benchmark).order_by(Benchmark.name)).scalars():
+        lines.append("benchmark: " + json.dumps({"name": b.name, "sha256": b.sha256}, ensure_ascii=True))
+    for k in session.execute(sa.select(Corpus).order_by(Corpus.name, Corpus.revision)).scalars():
+        lines.append("corpus: " + json.dumps({"name": k.name, "revision": k.revision, "sha256": k.sha256},
+                                             ensure_ascii=True))
+    return ("\r\n".join(lines) + "\r\n").encode("utf-8")
+
+
+def export_bundle(
+    db, out: str | Path, *, engines: Sequence[str] | None = None, epochs: Sequence[str] | None = None,
+    progress=None,
+) -> ExportSummary:
+    """Write the selected exchanges as a WARC/1.1 bundle (gzip per record if the name ends in .gz)."""
+    from warcio.warcwriter import WARCWriter
+
+    path = Path(out)
+    if not path.parent.exists():
+        raise InputError(f"directory {path.parent} for --out {path} does not exist; create it first")
+    summary = ExportSummary(path=path)
+    tmp = path.with_name(path.name + ".part")
+    with db.session() as s:
+        configs = _select_configs(s, engines)
+        if not configs:
+            raise InputError("no remote engine configurations in this database: nothing to export (crawl first)")
+        epoch_sel = _epoch_filter(s, configs, epochs)
+        info = _warcinfo_fields(s, configs, epoch_sel)
+    hashes = {c.id: c.config_hash for c in configs}
+    ex = Exchange.__table__
+    cols = exchange_columns()
+    try:
+        with open(tmp, "wb") as fh:
+            writer = WARCWriter(fh, gzip=path.name.endswith(".gz"), warc_version="WARC/1.1")
+            rec = writer.create_warc_record(path.name, "warcinfo", payload=io.BytesIO(info), length=len(info),
+                                            warc_content_type="application/warc-fields",
+                                            warc_headers_dict={"WARC-Filename": path.name})
+            writer.write_record(rec)
+            summary.records += 1
+            for cid in hashes:
+                q = sa.select(*cols).where(ex.c.config_id == cid).order_by(ex.c.sent_at, ex.c.id)
+                if epoch_sel[cid] is not None:
+                    q = q.where(ex.c.epoch.in_(epoch_sel[cid] or [-1]))
+                # A server-side cursor on PostgreSQL, batches on SQLite: never the whole table in memory.
+                with db.engine.connect() as conn:
+                    result = conn.execution_options(stream_results=True, yield_per=1000).execute(q)
+                    for row in result:
+                        _write_exchange(writer, row, hashes[cid], summary)
+                        if progress is not None:
+                            progress(summary.exchanges)
+        summary.configs = len(hashes)
+        summary.bytes = tmp.stat().st_size
+        tmp.replace(path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return summary
+
+
+def exchange_columns() -> list:
+    """The exchange columns :func:`_write_exchange` reads (export and publish select these)."""
+    ex = Exchange.__table__
+    return [ex.c.id, ex.c.config_id, ex.c.attempt, ex.c.epoch, ex.c.query_texts, ex.c.method, ex.c.url,
+            ex.c.request_headers, ex.c.request_body, ex.c.status_code, ex.c.response_headers, ex.c.response_body,
+            ex.c.transport_error, ex.c.sent_at, ex.c.finished_at, ex.c.elapsed_ms, ex.c.body_truncated]
+
+
+def _write_exchange(writer, row, config_hash: str, summary: ExportSummary) -> None:
+    url = row.url
+    date = _warc_date(row.sent_at)
+    req_body = bytes(row.request_body) if row.request_body is not None else b""
+    meta = {
+        "WARC-Date": date,
+        H_CONFIG: config_hash,
+        H_EPOCH: str(row.epoch),
+        H_ATTEMPT: str(row.attempt),
+        H_TEXTS: json.dumps(list(row.query_texts), ensure_ascii=True),
+    }
+    if row.elapsed_ms is not None:
+        meta[H_ELAPSED] = repr(float(row.elapsed_ms))
+    if row.finished_at is not None:
+        meta[H_FINISHED] = _warc_date(row.finished_at)
+    req = writer.create_warc_record(
+        url, "request", payload=io.BytesIO(req_body), length=len(req_body),
+        http_headers=_http_request_block(row.method, url, dict(row.request_headers or {})),
+        warc_headers_dict=meta,
+    )
+    req_id = req.rec_headers.get_header("WARC-Record-ID")
+    if row.status_code is None:
+        payload = json.dumps({"transport_error": row.transport_error, "elapsed_ms": row.elapsed_ms},
+                             ensure_ascii=False).encode("utf-8")
+        second = writer.create_warc_record(
+            url, "metadata", payload=io.BytesIO(payload), length=len(payload),
+            warc_content_type="application/json",
+            warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": req_id, "WARC-Refers-To": req_id},
+        )
+        summary.transport_errors += 1
+    else:
+        body = bytes(row.response_body) if row.response_body is not None else b""
+        second = writer.create_warc_record(
+            url, "response", payload=io.BytesIO(body), length=len(body),
+            http_headers=_http_response_block(row.status_code, dict(row.response_headers or {}), len(body)),
+            # A body cut at --max-body says so (WARC 1.1 §5.13).
+            warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": req_id,
+                               **({"WARC-Truncated": "length"} if row.body_truncated else {})},
+        )
+    req.rec_headers.add_header("WARC-Concurrent-To", second.rec_headers.get_header("WARC-Record-ID"))
+    writer.write_record(req)
+    writer.write_record(second)
+    summary.records += 2
+    summary.exchanges += 1

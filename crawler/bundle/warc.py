@@ -1,0 +1,56 @@
+"""The bundle's format, shared by export and import: the WARC header names of our own
+fields, the date form, the request fingerprint; and what an import reports (its summary,
+and the error every refused import raises)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass, field
+
+from store.errors import UserError
+
+BUNDLE_FORMAT = "engines.bundle/1"
+H_CONFIG = "WARC-Engines-Config"
+H_EPOCH = "WARC-Engines-Epoch"
+H_ATTEMPT = "WARC-Engines-Attempt"
+H_TEXTS = "WARC-Engines-Query-Texts"
+H_ELAPSED = "WARC-Engines-Elapsed-Ms"
+H_FINISHED = "WARC-Engines-Finished-At"
+ORIG = "X-Archive-Orig-"
+_MOVED = ("content-length", "content-encoding", "transfer-encoding")
+_BATCH = 500
+
+
+class BadBundle(UserError):
+    pass
+
+
+@dataclass
+class ImportSummary:
+    records: int = 0
+    exchanges_read: int = 0
+    added: int = 0
+    duplicates: int = 0
+    configs_added: int = 0
+    answers: int = 0
+    parse_failures: int = 0
+    unpaired: int = 0
+    foreign: int = 0
+    configs: set[int] = field(default_factory=set)
+    seconds_archive: float = 0.0  # reading, verifying and inserting the exchanges (one transaction)
+    seconds_parse: float = 0.0  # parsing them into answers afterwards
+
+
+def _warc_date(t: dt.datetime) -> str:
+    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_date(text: str) -> dt.datetime:
+    t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def fingerprint(method: str, url: str, body: bytes | None) -> str:
+    """The crawler's request fingerprint (crawler.fetch.Fetcher._archive)."""
+    return hashlib.sha256(b"\0".join([method.encode(), url.encode(), body or b""])).hexdigest()
