@@ -463,22 +463,18 @@ class Fetcher:
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {msg}")
             raise Retryable(msg) from None
         self.consecutive_failures = 0
-        clear_in = getattr(self.pacer.ledger, "clear_outage_in", None)
-        # A good answer: the host is up again. Cleared in the answer's transaction when the
-        # ledger can; not at all when it knows nothing is recorded.
+        # A good answer: the host is up again. Cleared in the answer's transaction; not at
+        # all when the ledger knows nothing is recorded.
         after = None
         if self.pacer.outage_may_be_recorded():
-            if clear_in is not None:
-                def after(conn: sa.Connection) -> None:
-                    clear_in(conn, self.pacer.host)
+            def after(conn: sa.Connection) -> None:
+                self.pacer.ledger.clear_outage_in(conn, self.pacer.host)
         try:
             outcome.answered = await self._store(exchange, answers=(items, parsed, elapsed), after=after)
         except _Unstorable as exc:
             outcome.failed = str(exc)
             self.on_event(f"{self.adapter.engine}: {exc} (not retried)")
             return
-        if after is None and clear_in is None:
-            await asyncio.to_thread(self.pacer.clear_outage)
 
     async def _outage(self, reason: str) -> None:
         """Pause the host with growing backoff and go round again (raises :class:`_Outage`)."""
@@ -550,7 +546,7 @@ class Fetcher:
     ) -> list[str]:
         """Archive the exchange (with its parse outcome and answers, if any) in one
         transaction of the writer; return the shas answered now."""
-        flush = getattr(self.pacer.ledger, "flush_corrections", None) if self.pacer.defers_corrections else None
+        flush = self.pacer.ledger.flush_corrections if self.pacer.defers_corrections else None
         parser_version = self.adapter.parser_version
 
         def op(conn: sa.Connection) -> list[str]:

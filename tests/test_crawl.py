@@ -26,7 +26,7 @@ from benchmarks import SLICE_CORPUS, shipped_path
 import httpx
 
 from crawler.fetch import Fetcher, RetryPolicy, parse_retry_after
-from crawler.pacing import DbLedger, MemoryLedger, Pacer, max_in_window
+from crawler.pacing import MemoryLedger, Pacer, SharedSqlLedger, max_in_window
 from crawler.run import CrawlOptions, Reporter, _resolve_engines, run_crawl
 from engines.base import Rate
 from cli.main import app
@@ -499,7 +499,7 @@ class _LateClock:
         await asyncio.sleep(seconds)
 
 
-class _TimedLedger(DbLedger):
+class _TimedLedger(SharedSqlLedger):
     def __init__(self, db) -> None:
         super().__init__(db)
         self.corrected_at: list[float] = []
