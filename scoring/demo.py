@@ -214,7 +214,7 @@ def run_demo(
             _run_step(result, f"run dense {DENSE_MODEL}", lambda: _run_dense(db, work_bench, result, progress), say=say)
 
         def score_and_report() -> str:
-            from scoring.report_html import render_report
+            from scoring.report import render_report
 
             from scoring.document import build_score_json
 

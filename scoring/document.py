@@ -34,7 +34,7 @@ def build_score_json(
     doc = attach(result.to_json()) if published else {**result.to_json(), "published": []}
     doc["dropped_queries"] = dropped_queries(db, bench, doc)
     doc["slices"] = engine_slices(db, bench, corpus=corpus, subset=subset, systems=systems, profile=profile)
-    from scoring.report_drift import drift_docs
+    from scoring.report import drift_docs
 
     drift = drift_docs(db, bench, doc, corpus=corpus)
     if drift:
@@ -96,6 +96,6 @@ def read_score_json(path: Path) -> dict[str, Any]:
 
 
 def write_report(score_json: dict[str, Any], out: Path) -> Path:
-    from scoring.report_html import render_report
+    from scoring.report import render_report
 
     return render_report(score_json, out)

@@ -91,7 +91,7 @@ def test_demo_runs_end_to_end(demo_run):
     assert f"database: sqlite:///{(out_dir / 'cache.db').resolve()}" in proc.stdout
     assert f"report:   {(out_dir / 'report' / 'index.html').resolve()}" in proc.stdout
     assert "engines crawl leansearch leanexplore leanfinder --bench mathlibqr" in proc.stdout
-    assert BANNER in proc.stdout and BANNER in proc.stderr
+    assert BANNER.upper() in proc.stdout and BANNER in proc.stderr  # stdout: as the score table
     # the user's cache.db in the working directory is never touched
     assert not (tmp / "cache.db").exists()
 
@@ -116,7 +116,7 @@ def test_demo_runs_end_to_end(demo_run):
     page = (out_dir / "report" / "index.html").read_text("utf-8")
     score = json.loads((out_dir / "report" / "report.json").read_text("utf-8"))
     assert score["banner"] == BANNER
-    assert 'class="banner"' in page and BANNER in page
+    assert 'class="banner"' in page and BANNER.upper() in page
     assert score["subset"] == f"demo-first-{TARGETS}"
     assert score["benchmark"]["name"] == "mathlibqr"
     assert len(score["queries"]) + len(score["scope"]["dropped_qids"]) == n_queries
@@ -238,7 +238,7 @@ def test_demo_on_postgres(pg_url, tmp_path):
     answers = _answers_by_engine(pg_url)
     assert set(answers) == {*DEMO_ENGINES, "bm25"}
     assert len(set(answers.values())) == 1 and next(iter(answers.values())) > 0
-    assert BANNER in (tmp_path / "pgdemo" / "report" / "index.html").read_text("utf-8")
+    assert BANNER.upper() in (tmp_path / "pgdemo" / "report" / "index.html").read_text("utf-8")
 
 
 def test_a_missing_part_is_a_printed_note_not_a_crash():
@@ -283,7 +283,7 @@ def test_demo_report_in_headless_chromium(demo_run, tmp_path):
     for c in curves.values():
         assert len(c["lines"]) == len(score["systems"]) and all(length > 20 for length in c["lines"])
     assert probe["query_rows"] == len(score["queries"])
-    assert BANNER in probe["banner"]
+    assert BANNER.upper() in probe["banner"]
 
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "demo-report.png"

@@ -70,7 +70,7 @@ def test_readme_cites_the_docs_folder() -> None:
 
 
 def test_report_links_the_methodology() -> None:
-    from scoring.report_html import METHODOLOGY_DOC, render_html
+    from scoring.report import METHODOLOGY_DOC, render_html
 
     assert (ROOT / METHODOLOGY_DOC).is_file()
     score = {"schema": "engines.score/1", "systems": [], "benchmark": {"name": "b"}, "corpus": {}, "k_max": 200,

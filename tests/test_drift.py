@@ -131,7 +131,7 @@ def test_refresh_if_older_opens_an_epoch_only_when_due(src, two_epochs) -> None:
 
 def test_report_has_a_drift_section_linked_to_the_explorer(src, tmp_path: Path) -> None:
     from scoring.document import build_score_json
-    from scoring.report_html import render_html
+    from scoring.report import render_html
 
     doc = build_score_json(src, "mathlibmpr")
     assert len(doc["drift"]) == 1 and doc["drift"][0]["to"]["label"] == "2026-12"

@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from scoring.report_html import SCHEMA, render_html, render_report
+from scoring.report import SCHEMA, render_html, render_report
 from store.errors import InputError
 
 K_MAX = 200
@@ -193,7 +193,7 @@ def test_badges_incomplete_licence_and_banner():
     assert '<td class="num alert">1</td>' in bm25
     dense = re.search(r'data-system="dense:e0">(.*?)</tr>', page).group(1)
     assert "licence: CC-BY-NC-4.0" in dense
-    assert page.count("development slice — not a result") >= 2  # title/banner/footer
+    assert page.count("DEVELOPMENT SLICE — NOT A RESULT") >= 2  # title/banner/footer, as the score table
     assert 'class="banner"' in page
     no_banner = render_html(synthetic_score(banner=None))
     assert 'class="banner"' not in no_banner

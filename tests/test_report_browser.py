@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from scoring.report_html import render_report
+from scoring.report import render_report
 from tests.test_report import synthetic_score
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
         and all(s["per_query"][q["qid"]]["positions"][0] is None for s in score["systems"] if q["qid"] in s["per_query"])
     )
     assert probe["visible_missed"] == expected_missed
-    assert "development slice — not a result" in probe["banner"]
+    assert "DEVELOPMENT SLICE — NOT A RESULT" in probe["banner"]  # as the score table
     assert probe["banner_height"] > 20
     # clicking a header sorts: R@1 best first, again worst first
     by_r1 = [s["id"] for s in sorted(score["systems"], key=lambda s: -s["metrics"]["R@1"]["value"])]

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from crawler.plan import sampled_texts, store_sample
 from scoring.document import build_score_json
-from scoring.report_html import render_html
+from scoring.report import render_html
 from store.models import Benchmark
 from tests.test_scoring_support import (  # noqa: F401  (fixtures)
     answer_all, bench_queries, cache, cache_url, filler, gold_name, make_config, prepared_cache,

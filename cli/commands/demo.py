@@ -12,16 +12,14 @@ except ImportError:  # pragma: no cover
     from click.core import ParameterSource
 
 from cli.commands.common import info, progress_counter
-from scoring.demo import BANNER, run_demo
+from scoring import view
+from scoring.demo import run_demo
 from store.errors import UserError
 
 
 def _leaderboard_lines(js: dict[str, Any]) -> list[str]:
-    systems = sorted(
-        js.get("systems") or [],
-        key=lambda s: -(((s.get("metrics") or {}).get("nDCG@10") or {}).get("value") or -1),
-    )
-    width = max([len("system")] + [len(str(s.get("id"))) for s in systems])
+    systems = view.ranked(js.get("systems") or [], view.headline(js))
+    width = max([len("system")] + [len(view.label(s)) for s in systems])
     lines = [f"{'system':<{width}} {'n':>5} {'nDCG@10':>8} {'R@1':>6} {'R@10':>6} {'MRR':>6}  badges"]
     for s in systems:
         m = s.get("metrics") or {}
@@ -31,7 +29,7 @@ def _leaderboard_lines(js: dict[str, Any]) -> list[str]:
             return "—" if x is None else f"{x:.3f}"
 
         lines.append(
-            f"{str(s.get('id')):<{width}} {s.get('n', ''):>5} {v('nDCG@10'):>8} {v('R@1'):>6} {v('R@10'):>6} "
+            f"{view.label(s):<{width}} {s.get('n', ''):>5} {v('nDCG@10'):>8} {v('R@1'):>6} {v('R@10'):>6} "
             f"{v('MRR'):>6}  {', '.join(map(str, s.get('badges') or []))}"
         )
     return lines
@@ -61,7 +59,7 @@ def demo_command(
     if result.report is None or result.score_json is None:
         raise UserError("the demo produced no report: every step was skipped or failed (see the notes above)")
     typer.echo("")
-    typer.echo(f"*** {BANNER} ***")
+    typer.echo(f"*** {view.banner(result.score_json)} ***")
     for line in _leaderboard_lines(result.score_json):
         typer.echo(line)
     if len(result.crawled_engines) > 1:

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.commands.common import get_db, info, out_console
+from scoring import view
 from store.errors import InputError
 
 BY_CHOICES = ("style", "kind", "difficulty")
@@ -45,10 +46,7 @@ def _main_table(doc: dict) -> Table:
     cols.insert(1, "epoch")
     for c in cols:
         table.add_column(c, justify="left" if c in ("system", "badges") else "right", no_wrap=c != "badges")
-    systems = sorted(
-        doc["systems"], key=lambda s: -((s["metrics"].get(metric_cols[0]) or {}).get("value") or -1.0)
-    )
-    for s in systems:
+    for s in view.ranked(doc["systems"], view.headline(doc)):
         ci_metric = "R@10" if doc["profile"] == "main" else metric_cols[0]
         lat = s.get("latency_p95_ms")
         badges = list(s["badges"])
@@ -60,7 +58,7 @@ def _main_table(doc: dict) -> Table:
             badges[badges.index("imported")] = f"imported ({escape(str(s['source']))})"
         cov = [_fmt(s.get("coverage"))] if show_cov else []
         table.add_row(
-            escape(s["id"]), escape(_epoch_cell(s)), str(s["n"]), str(s["dropped"]), *cov,
+            escape(view.label(s)), escape(_epoch_cell(s)), str(s["n"]), str(s["dropped"]), *cov,
             *[_fmt((s["metrics"].get(m) or {}).get("value")) for m in metric_cols],
             _ci(s["metrics"].get(ci_metric)), ", ".join(badges),
             "—" if lat is None else f"{lat:,.0f} ms",
@@ -175,8 +173,8 @@ def register(app: typer.Typer) -> None:
             attach(doc)
         # Piped output (files, CI logs) gets a wide console so no column is squeezed to "…".
         console = out_console if out_console.is_terminal else Console(width=240, highlight=False)
-        if doc["banner"]:
-            console.print(f"[bold red]{doc['banner'].upper()}[/bold red]")
+        if view.banner(doc):
+            console.print(f"[bold red]{view.banner(doc)}[/bold red]")
         scope = doc["scope"]
         info(
             f"{doc['benchmark']['name']}: {doc['benchmark']['n_queries']} queries in scope, "

@@ -1,7 +1,7 @@
 """The report's "Drift" section: for each configuration with two epochs, the overall
 figures of :func:`scoring.drift.drift` and a per-query table linked to the explorer.
 
-Kept apart from :mod:`scoring.report_html` (which calls :func:`render_drift` once) so
+Kept apart from :mod:`scoring.report.page` (which calls :func:`render_drift` once) so
 the leaderboard page and the drift figures evolve independently. The drift documents
 travel inside the report's JSON under ``"drift"``, so ``--from-json`` renders them too.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scoring.report_html import e, fmt
+from scoring.report.common import e, fmt
 
 
 def drift_docs(db, bench: str, score_doc: dict[str, Any], *, corpus: str | None = None) -> list[dict[str, Any]]:
