@@ -29,17 +29,13 @@ from sqlalchemy.exc import IntegrityError
 from scoring import aggregate as agg
 from scoring.bootstrap import Bootstrap, RESAMPLES, SEED, CI
 from scoring.compare import paired_comparisons, parse_pairs
-from scoring.compare import parse_pairs as _pairs  # noqa: F401  (the old name)
 from scoring.matching import recompute
 from scoring.metrics import K_MAX
 from scoring.positions import ensure_positions, read_positions
 from scoring.profiles import COMPARE_METRICS, PROFILES, Profile, Ranks, RunContext, SystemContext, get_profile
 from scoring.resolve import NOT_IN_CORPUS, RESOLVED, resolution_counts, resolve_hits
-from scoring.scope import Scope, build_scope
-from scoring.scope import _filter_styles, _names_of, _samples, read_name_list  # noqa: F401  (importable here)
-from scoring.systems import DISPLAY_NAMES, SystemRef, ambiguous, match_systems, select  # noqa: F401
-from scoring.systems import Selection, _dropped_items, _latencies
-from scoring.systems import _find_systems, _one_system, _pick_epochs, _sample_of, _select_systems, _snapshot_names  # noqa: F401
+from scoring.scope import Scope, build_scope, read_name_list
+from scoring.systems import DISPLAY_NAMES, Selection, SystemRef, _dropped_items, _latencies, ambiguous, match_systems, select
 from store.benchmarks import find_benchmark
 from store.corpus import pick_corpus
 from store.db import Database

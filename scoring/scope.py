@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -47,9 +48,9 @@ class Scope:
     overlapping: int = 0
     dropped: int = 0
 
-    @property
+    @cached_property
     def shas(self) -> list[str]:
-        """The in-scope query texts' sha256s, sorted."""
+        """The in-scope query texts' sha256s, sorted (read once the scope is built)."""
         return sorted({q.sha for q, _ in self.in_scope})
 
 
