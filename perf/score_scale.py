@@ -129,12 +129,14 @@ def build(url: str, n_systems: int, n_queries: int, n_hits: int, seed: int = 0) 
 
 # --------------------------------------------------------------- the child: one `engines score`
 
+# phase -> (module, the names it calls there): the scope reads in scoring.scope, the system
+# list in scoring.systems, each row's reads and its scoring in scoring.results.
 PHASES = {
-    "read": ("scoring.results", ("load_queries", "names_in_corpus", "read_positions", "resolution_counts",
-                                 "_latencies", "_find_systems")),
-    "resolve": ("scoring.results", ("resolve_hits",)),
-    "positions": ("scoring.results", ("ensure_positions",)),
-    "metrics": ("scoring.results", ("_score_system",)),
+    "read": (("scoring.scope", ("load_queries", "names_in_corpus")), ("scoring.systems", ("_find_systems",)),
+             ("scoring.results", ("read_positions", "resolution_counts", "_latencies"))),
+    "resolve": (("scoring.results", ("resolve_hits",)),),
+    "positions": (("scoring.results", ("ensure_positions",)),),
+    "metrics": (("scoring.results", ("_score_system",)),),
 }
 
 
@@ -155,10 +157,11 @@ def child(url: str, out: str) -> None:
                 spent[phase] += time.perf_counter() - t
         return wrapper
 
-    for phase, (mod, names) in PHASES.items():
-        m = importlib.import_module(mod)
-        for nm in names:
-            setattr(m, nm, timed(phase, getattr(m, nm)))
+    for phase, places in PHASES.items():
+        for mod, names in places:
+            m = importlib.import_module(mod)
+            for nm in names:
+                setattr(m, nm, timed(phase, getattr(m, nm)))
     t0 = time.perf_counter()
     try:
         app(["--db", url, "score", "--bench", BENCH, "--style", "all"], standalone_mode=False)

@@ -11,6 +11,11 @@ database. Modules:
 - ``scoring.bootstrap``: seeded percentile bootstrap and paired differences.
 - ``scoring.mamut``: the ``mamut`` and ``mamut-sklearn`` profiles.
 - ``scoring.results``: ``score()`` and the ``engines.score/1`` JSON.
+- ``scoring.scope``: which queries and gold units a run scores (``--style``, ``--subset``,
+  ``--shared-with``, ``--slice``), resolved against the corpus.
+- ``scoring.systems``: which systems a run scores, and ``match_systems`` (how a system is named).
+- ``scoring.profiles``: a system's positions → its metrics, one ``Profile`` per profile name.
+- ``scoring.compare``: paired bootstrap comparisons (``--compare``).
 - ``scoring.export``: TREC qrels, run files and the DOCNO mapping (reversible DOCNOs).
 - ``scoring.matching``: units sharing a returned row — maximum matching for P@k, DCG, AP.
 - ``scoring.published``: published reference rows (``benchmarks/published.json``).

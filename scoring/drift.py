@@ -166,87 +166,30 @@ def drift(
     from scoring.positions import load_queries
     from scoring.results import _clean, score
     from store.benchmarks import find_benchmark
-    from store.models import Query
 
     b = find_benchmark(db, bench)
-    with db.session() as s:
-        shas = sorted(set(s.execute(sa.select(Query.query_sha256).where(Query.benchmark_id == b.id)).scalars()))
-        cfg = find_config(s, engine, shas)
-        infos = [e for e in epochs_of(s, cfg.id)
-                 if s.scalar(sa.select(sa.func.count()).select_from(Answer).where(
-                     Answer.config_id == cfg.id, Answer.epoch == e.epoch, ~Answer.superseded)) ]
-        cid, label, chash, engine_name = cfg.id, cfg.label, cfg.config_hash, cfg.engine
-    if len(infos) < 2 and (from_epoch is None or to_epoch is None):
-        have = ", ".join(f"{e.epoch} ({e.label})" for e in infos) or "none"
-        raise InputError(f"{label} has answers in {len(infos)} epoch(s) ({have}); drift needs two "
-                         "(open one with `engines crawl ENGINE --bench B --refresh`)")
-    e_to = pick_epoch(infos, to_epoch, "--to") if to_epoch is not None else infos[-1]
-    if from_epoch is not None:
-        e_from = pick_epoch(infos, from_epoch, "--from")
-    else:
-        older = [e for e in infos if e.epoch < e_to.epoch]
-        if not older:
-            raise InputError(f"--to {e_to.epoch}: no earlier epoch of {label} to compare with; pass --from")
-        e_from = older[-1]
-    if e_from.epoch == e_to.epoch:
-        raise InputError(f"--from and --to name the same epoch ({e_from.epoch}); pick two different epochs")
-
-    result = score(db, bench, corpus=corpus, systems=[chash], epochs="all", resamples=resamples, seed=seed)
-    sys_from = next((x for x in result.systems if x.ref.config_id == cid and x.ref.epoch == e_from.epoch), None)
-    sys_to = next((x for x in result.systems if x.ref.config_id == cid and x.ref.epoch == e_to.epoch), None)
+    cfg, e_from, e_to = _epochs(db, b.id, engine, from_epoch, to_epoch)
+    result = score(db, bench, corpus=corpus, systems=[cfg.config_hash], epochs="all", resamples=resamples, seed=seed)
+    sys_from = next((x for x in result.systems if x.ref.config_id == cfg.id and x.ref.epoch == e_from.epoch), None)
+    sys_to = next((x for x in result.systems if x.ref.config_id == cfg.id and x.ref.epoch == e_to.epoch), None)
     with db.session() as s:
         queries = [q for q in load_queries(s, b.id) if q.primary]
         need = sorted({q.sha for q in queries})
-        before, after = _lists(s, cid, e_from.epoch, need), _lists(s, cid, e_to.epoch, need)
-    # Rank similarity needs no gold: every primary query answered in both epochs. The
-    # metric differences need gold in the corpus: the scored ones among them.
-    common = [q for q in queries if q.sha in before and q.sha in after]
+        before, after = _lists(s, cfg.id, e_from.epoch, need), _lists(s, cfg.id, e_to.epoch, need)
     scored_idx = {q["qid"]: i for i, q in enumerate(result.queries)}
-
-    def gold(system, qid: str) -> int | None:
-        if system is None or qid not in scored_idx:
-            return None
-        return _first_gold(system.per_query[qid]["positions"])
-
-    rows: list[dict[str, Any]] = []
-    for q in common:
-        a, bl = before[q.sha], after[q.sha]
-        rows.append({
-            "qid": q.qid,
-            "text": q.text,
-            **compare_lists(a, bl),
-            "scored": q.qid in scored_idx,
-            "gold_before": gold(sys_from, q.qid),
-            "gold_after": gold(sys_to, q.qid),
-            "top_before": a[:TOP_SHOWN],
-            "top_after": bl[:TOP_SHOWN],
-            "n_before": len(a),
-            "n_after": len(bl),
-        })
+    rows = _rows(queries, before, after, scored_idx, sys_from, sys_to)
     n = len(rows)
     boot = Bootstrap.draw(n, resamples=resamples, seed=seed)
     rbo_arr = np.asarray([r["rbo"] for r in rows], dtype=np.float64)
     lo, hi = boot.interval(rbo_arr) if n else (np.nan, np.nan)
-    diffs: dict[str, Any] = {}
     metric_idx = np.asarray([scored_idx[r["qid"]] for r in rows if r["scored"]], dtype=np.int64)
-    if sys_from is not None and sys_to is not None and len(metric_idx):
-        mboot = Bootstrap.draw(len(metric_idx), resamples=resamples, seed=seed)
-        for m in METRICS:
-            if m in sys_from.arrays and m in sys_to.arrays:
-                x_from, x_to = sys_from.arrays[m][metric_idx], sys_to.arrays[m][metric_idx]
-                if np.all(np.abs(x_to - x_from) <= ZERO):  # the same on every query
-                    diffs[m] = {"from": float(x_from.mean()), "to": float(x_to.mean()),
-                                "diff": 0.0, "ci": [0.0, 0.0], "p": 1.0}
-                    continue
-                pr = mboot.paired(x_to, x_from)
-                diffs[m] = {"from": float(x_from.mean()), "to": float(x_to.mean()),
-                            "diff": pr.diff, "ci": list(pr.ci), "p": pr.p}
+    diffs = _paired(sys_from, sys_to, metric_idx, resamples=resamples, seed=seed)
     ranked = rank_changed(rows)
     doc = {
         "schema": SCHEMA,
-        "engine": engine_name,
-        "label": label,
-        "config_hash": chash,
+        "engine": cfg.engine,
+        "label": cfg.label,
+        "config_hash": cfg.config_hash,
         "benchmark": result.benchmark,
         "corpus": result.corpus,
         "from": _epoch_json(e_from),
@@ -270,6 +213,96 @@ def drift(
         "per_query": rows,
     }
     return _clean(doc)
+
+
+@dataclass(frozen=True)
+class _Config:
+    """The compared configuration, read while its session was open."""
+
+    id: int
+    label: str
+    config_hash: str
+    engine: str
+
+
+def _epochs(
+    db, bench_id: int, engine: str, from_epoch: str | int | None, to_epoch: str | int | None
+) -> tuple[_Config, EpochInfo, EpochInfo]:
+    """The configuration ``engine`` names and the two epochs to compare (``--to``: the
+    newest with answers by default; ``--from``: the one before it)."""
+    from store.models import Query
+
+    with db.session() as s:
+        shas = sorted(set(s.execute(sa.select(Query.query_sha256).where(Query.benchmark_id == bench_id)).scalars()))
+        cfg = find_config(s, engine, shas)
+        infos = [e for e in epochs_of(s, cfg.id)
+                 if s.scalar(sa.select(sa.func.count()).select_from(Answer).where(
+                     Answer.config_id == cfg.id, Answer.epoch == e.epoch, ~Answer.superseded)) ]
+        conf = _Config(id=cfg.id, label=cfg.label, config_hash=cfg.config_hash, engine=cfg.engine)
+    label = conf.label
+    if len(infos) < 2 and (from_epoch is None or to_epoch is None):
+        have = ", ".join(f"{e.epoch} ({e.label})" for e in infos) or "none"
+        raise InputError(f"{label} has answers in {len(infos)} epoch(s) ({have}); drift needs two "
+                         "(open one with `engines crawl ENGINE --bench B --refresh`)")
+    e_to = pick_epoch(infos, to_epoch, "--to") if to_epoch is not None else infos[-1]
+    if from_epoch is not None:
+        e_from = pick_epoch(infos, from_epoch, "--from")
+    else:
+        older = [e for e in infos if e.epoch < e_to.epoch]
+        if not older:
+            raise InputError(f"--to {e_to.epoch}: no earlier epoch of {label} to compare with; pass --from")
+        e_from = older[-1]
+    if e_from.epoch == e_to.epoch:
+        raise InputError(f"--from and --to name the same epoch ({e_from.epoch}); pick two different epochs")
+    return conf, e_from, e_to
+
+
+def _rows(queries, before: dict[str, list[str]], after: dict[str, list[str]], scored_idx: dict[str, int],
+          sys_from, sys_to) -> list[dict[str, Any]]:
+    """One row per primary query answered in both epochs."""
+    # Rank similarity needs no gold: every primary query answered in both epochs. The
+    # metric differences need gold in the corpus: the scored ones among them.
+    common = [q for q in queries if q.sha in before and q.sha in after]
+
+    def gold(system, qid: str) -> int | None:
+        if system is None or qid not in scored_idx:
+            return None
+        return _first_gold(system.per_query[qid]["positions"])
+
+    rows: list[dict[str, Any]] = []
+    for q in common:
+        a, bl = before[q.sha], after[q.sha]
+        rows.append({
+            "qid": q.qid,
+            "text": q.text,
+            **compare_lists(a, bl),
+            "scored": q.qid in scored_idx,
+            "gold_before": gold(sys_from, q.qid),
+            "gold_after": gold(sys_to, q.qid),
+            "top_before": a[:TOP_SHOWN],
+            "top_after": bl[:TOP_SHOWN],
+            "n_before": len(a),
+            "n_after": len(bl),
+        })
+    return rows
+
+
+def _paired(sys_from, sys_to, metric_idx: np.ndarray, *, resamples: int, seed: int) -> dict[str, Any]:
+    """The paired difference (to − from) of each of :data:`METRICS` over the scored rows."""
+    diffs: dict[str, Any] = {}
+    if sys_from is not None and sys_to is not None and len(metric_idx):
+        mboot = Bootstrap.draw(len(metric_idx), resamples=resamples, seed=seed)
+        for m in METRICS:
+            if m in sys_from.arrays and m in sys_to.arrays:
+                x_from, x_to = sys_from.arrays[m][metric_idx], sys_to.arrays[m][metric_idx]
+                if np.all(np.abs(x_to - x_from) <= ZERO):  # the same on every query
+                    diffs[m] = {"from": float(x_from.mean()), "to": float(x_to.mean()),
+                                "diff": 0.0, "ci": [0.0, 0.0], "p": 1.0}
+                    continue
+                pr = mboot.paired(x_to, x_from)
+                diffs[m] = {"from": float(x_from.mean()), "to": float(x_to.mean()),
+                            "diff": pr.diff, "ci": list(pr.ci), "p": pr.p}
+    return diffs
 
 
 def write_json(doc: dict[str, Any], path: str | Path) -> Path:

@@ -82,7 +82,7 @@ def claim_bytes(doc: dict[str, Any]) -> bytes:
 
 
 def _is_file_spec(spec: str) -> bool:
-    """As scoring.results._names_of decides: a name-list file, else a corpus in the database."""
+    """As scoring.scope._names_of decides: a name-list file, else a corpus in the database."""
     path = Path(spec).expanduser()
     return path.suffix in (".txt", ".json", ".lst") or path.exists()
 
