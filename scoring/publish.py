@@ -245,16 +245,29 @@ def _hdr(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
 
 
+def _sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+@dataclass
+class _Parts:
+    """What the bundle holds besides the claim, all read before anything is written."""
+
+    configs: list[Any] = field(default_factory=list)  # remote configurations (detached)
+    epoch_sel: dict[int, list[int]] = field(default_factory=dict)  # config id → its scored epochs
+    info: bytes = b""  # the export's warcinfo fields (none without remote configurations)
+    bench: dict[str, Any] = field(default_factory=dict)
+    subsets: list[dict[str, Any]] = field(default_factory=list)
+    corpora: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[tuple[dict[str, Any], bytes]] = field(default_factory=list)  # (identity, run-format bytes)
+    run_files: list[tuple[str, str, bytes]] = field(default_factory=list)  # (config hash, source, bytes)
+    files: list[tuple[str, str, bytes]] = field(default_factory=list)  # (role, spec, bytes)
+    embed: list[tuple[dict[str, Any], Path]] = field(default_factory=list)  # corpora written in full
+
+
 def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus: bool = False,
                    progress=None) -> PublishSummary:
     """Score with ``options`` and write the leaderboard bundle to ``out`` (atomically)."""
-    from warcio.warcwriter import WARCWriter
-
-    from engines.registry import ENGINES
-    from crawler.bundle import _warc_date, _warcinfo_fields, _write_exchange, ExportSummary, exchange_columns
-    from store.models import Answer, Benchmark, EngineConfig, Epoch, Exchange, Hit, Query
-    from store.types import utcnow
-
     path = Path(out)
     if not (path.name.endswith(".warc.gz") or path.name.endswith(".warc")):
         raise InputError(f"--out {path}: name the bundle *.warc.gz (or *.warc for an uncompressed one)")
@@ -276,102 +289,151 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     file_specs = [("shared-with", s) for s in (options["shared_with"] or []) if _is_file_spec(s)]
     file_specs += [("snapshot", s) for s in (options["snapshots"] or {}).values() if _is_file_spec(s)]
 
-    from store.corpus import pick_corpus
+    parts = _read_parts(db, doc, local, remote, corpus_specs)
+    parts.files = _name_files(file_specs)
+    if with_corpus:
+        parts.embed = _embedded_corpora(parts.corpora)
+    info = _warcinfo(parts, claim, options, with_corpus)
+    exported = _write_bundle(db, path, parts, info, claim, doc, options, summary, progress)
+    summary.exchanges = exported.exchanges
+    summary.remote_systems = len(remote)
+    summary.runs = len(parts.runs)
+    summary.corpus_embedded = bool(parts.embed)
+    return summary
 
+
+def _read_parts(db, doc: dict[str, Any], local: list[dict[str, Any]], remote: list[dict[str, Any]],
+                corpus_specs: list[str]) -> _Parts:
+    """From the database: the remote configurations, the benchmark and subset dumps, the
+    corpora and the run records of the local systems."""
+    from crawler.bundle import _warcinfo_fields
+    from store.corpus import pick_corpus
+    from store.models import Benchmark, EngineConfig, Query
+
+    parts = _Parts()
     with db.session() as s:
         configs = list(s.execute(sa.select(EngineConfig).where(
             EngineConfig.config_hash.in_(sorted({x["config_hash"] for x in remote}) or ["-"]))
             .order_by(EngineConfig.id)).scalars())
-        epoch_sel = {c.id: sorted({x["epoch"] for x in remote if x["config_hash"] == c.config_hash}) for c in configs}
-        info = _warcinfo_fields(s, configs, epoch_sel) if configs else b""
+        parts.epoch_sel = {c.id: sorted({x["epoch"] for x in remote if x["config_hash"] == c.config_hash})
+                           for c in configs}
+        parts.info = _warcinfo_fields(s, configs, parts.epoch_sel) if configs else b""
         for c in configs:
             s.expunge(c)
-        bench = benchmark_dump(s, doc["benchmark"]["name"])
-        subsets = subsets_dump(s)
-        corpora = []
+        parts.configs = configs
+        parts.bench = benchmark_dump(s, doc["benchmark"]["name"])
+        parts.subsets = subsets_dump(s)
         for spec in dict.fromkeys(corpus_specs):
             k = pick_corpus(s, spec)
-            corpora.append({"name": k.name, "revision": k.revision, "sha256": k.sha256, "source": k.source,
-                            "row_count": k.row_count})
+            parts.corpora.append({"name": k.name, "revision": k.revision, "sha256": k.sha256, "source": k.source,
+                                  "row_count": k.row_count})
         qid_of: dict[str, str] = {}
         bench_id = s.execute(sa.select(Benchmark.id).where(Benchmark.name == doc["benchmark"]["name"])).scalar_one()
         for qid, sha in s.execute(sa.select(Query.qid, Query.query_sha256).where(Query.benchmark_id == bench_id)
                                   .order_by(Query.id)):
             qid_of.setdefault(sha, qid)
-        runs = []
-        run_files: list[tuple[str, str, bytes]] = []
         for sysdoc in local:
-            cfg = s.execute(sa.select(EngineConfig).where(EngineConfig.config_hash == sysdoc["config_hash"])).scalar_one()
-            ep = s.get(Epoch, (cfg.id, sysdoc["epoch"]))
-            ident = {"config_hash": cfg.config_hash, "engine": cfg.engine, "endpoint_version": cfg.endpoint_version,
-                     "params": cfg.params, "label": cfg.label, "local": bool(cfg.local), "result_cap": cfg.result_cap,
-                     "licence": cfg.licence, "epoch": sysdoc["epoch"],
-                     "epoch_label": ep.label if ep else None,
-                     "epoch_started": _warc_date(ep.started_at) if ep and ep.started_at else None}
-            answers = s.execute(sa.select(Answer.id, Answer.query_sha256, Answer.dropped_items).where(
-                Answer.config_id == cfg.id, Answer.epoch == sysdoc["epoch"], ~Answer.superseded)
-                .order_by(Answer.id)).all()
-            answers = [a for a in answers if a.query_sha256 in qid_of]
-            hits: dict[int, list[tuple[int, str]]] = {}
-            ids = [a.id for a in answers]
-            for i in range(0, len(ids), 900):
-                for aid, rank, name in s.execute(sa.select(Hit.answer_id, Hit.rank, Hit.name)
-                                                 .where(Hit.answer_id.in_(ids[i:i + 900]))):
-                    hits.setdefault(aid, []).append((rank, name))
-            rows = []
-            for a in answers:
-                hs = sorted(hits.get(a.id, []))
-                ranked: list[str | None] = [None] * (hs[-1][0] if hs else 0)
-                for rank, name in hs:
-                    ranked[rank - 1] = name
-                rows.append((qid_of[a.query_sha256], ranked, a.dropped_items or 0))
-            data = b"".join(run_lines(rows))
-            runs.append((ident, data))
-            # An imported run also carries the original file's bytes, when it is still there.
-            src, want = (cfg.params or {}).get("source"), (cfg.params or {}).get("sha256")
-            if cfg.engine == "run" and src and want and Path(src).is_file():
-                raw = Path(src).read_bytes()
-                if hashlib.sha256(raw).hexdigest() == want:
-                    run_files.append((cfg.config_hash, src, raw))
+            _add_run(s, sysdoc, qid_of, parts)
+    return parts
 
+
+def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -> None:
+    """A local or imported system's run record (and an imported run's original file, when
+    it is still there with its recorded sha256)."""
+    from crawler.bundle import _warc_date
+    from store.models import Answer, EngineConfig, Epoch, Hit
+
+    cfg = s.execute(sa.select(EngineConfig).where(EngineConfig.config_hash == sysdoc["config_hash"])).scalar_one()
+    ep = s.get(Epoch, (cfg.id, sysdoc["epoch"]))
+    ident = {"config_hash": cfg.config_hash, "engine": cfg.engine, "endpoint_version": cfg.endpoint_version,
+             "params": cfg.params, "label": cfg.label, "local": bool(cfg.local), "result_cap": cfg.result_cap,
+             "licence": cfg.licence, "epoch": sysdoc["epoch"],
+             "epoch_label": ep.label if ep else None,
+             "epoch_started": _warc_date(ep.started_at) if ep and ep.started_at else None}
+    answers = s.execute(sa.select(Answer.id, Answer.query_sha256, Answer.dropped_items).where(
+        Answer.config_id == cfg.id, Answer.epoch == sysdoc["epoch"], ~Answer.superseded)
+        .order_by(Answer.id)).all()
+    answers = [a for a in answers if a.query_sha256 in qid_of]
+    hits: dict[int, list[tuple[int, str]]] = {}
+    ids = [a.id for a in answers]
+    for i in range(0, len(ids), 900):
+        for aid, rank, name in s.execute(sa.select(Hit.answer_id, Hit.rank, Hit.name)
+                                         .where(Hit.answer_id.in_(ids[i:i + 900]))):
+            hits.setdefault(aid, []).append((rank, name))
+    rows = []
+    for a in answers:
+        hs = sorted(hits.get(a.id, []))
+        ranked: list[str | None] = [None] * (hs[-1][0] if hs else 0)
+        for rank, name in hs:
+            ranked[rank - 1] = name
+        rows.append((qid_of[a.query_sha256], ranked, a.dropped_items or 0))
+    data = b"".join(run_lines(rows))
+    parts.runs.append((ident, data))
+    # An imported run also carries the original file's bytes, when it is still there.
+    src, want = (cfg.params or {}).get("source"), (cfg.params or {}).get("sha256")
+    if cfg.engine == "run" and src and want and Path(src).is_file():
+        raw = Path(src).read_bytes()
+        if hashlib.sha256(raw).hexdigest() == want:
+            parts.run_files.append((cfg.config_hash, src, raw))
+
+
+def _name_files(file_specs: list[tuple[str, str]]) -> list[tuple[str, str, bytes]]:
     files = []
     for role, spec in file_specs:
         p = Path(spec).expanduser()
         if not p.is_file():
             raise InputError(f"--{role} {spec}: the file does not exist, so it cannot go into the bundle")
         files.append((role, spec, p.read_bytes()))
+    return files
+
+
+def _embedded_corpora(corpora: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Path]]:
+    """``--with-corpus``: each corpus with its file on this machine (found by sha256)."""
     embed: list[tuple[dict[str, Any], Path]] = []
-    if with_corpus:
-        for k in corpora:
-            found = find_corpus_file(k["sha256"], k["source"])
-            if found is None:
-                raise InputError(f"--with-corpus: the file of corpus {k['name']}@{k['revision']} (sha256 "
-                                 f"{k['sha256'][:12]}…, loaded from {k['source']}) is not on this machine; "
-                                 "put it back at that path (or in ENGINES_CACHE_DIR/corpora/), or publish without --with-corpus")
-            embed.append((k, found))
+    for k in corpora:
+        found = find_corpus_file(k["sha256"], k["source"])
+        if found is None:
+            raise InputError(f"--with-corpus: the file of corpus {k['name']}@{k['revision']} (sha256 "
+                             f"{k['sha256'][:12]}…, loaded from {k['source']}) is not on this machine; "
+                             "put it back at that path (or in ENGINES_CACHE_DIR/corpora/), or publish without --with-corpus")
+        embed.append((k, found))
+    return embed
 
-    def sha(b: bytes) -> str:
-        return hashlib.sha256(b).hexdigest()
 
+def _warcinfo(parts: _Parts, claim: bytes, options: dict[str, Any], with_corpus: bool) -> bytes:
+    """The export's warcinfo fields (or the bundle's own, with no exchanges) and publish's lines."""
     from engines import code_version
+    from engines.registry import ENGINES
 
     lines = [f"publish-format: {FORMAT}", f"publisher: engines/{code_version()}",
-             "claim: " + _hdr({"sha256": sha(claim), "options": options})]
+             "claim: " + _hdr({"sha256": _sha(claim), "options": options})]
     for name in sorted(ENGINES):
         lines.append("parser: " + _hdr({"engine": name, "parser_version": ENGINES[name].parser_version}))
-    for ident, data in runs:
-        lines.append("run: " + _hdr({**ident, "sha256": sha(data)}))
-    lines.append("benchmark-dump: " + _hdr({"name": bench["name"], "sha256": bench["sha256"]}))
-    for k in corpora:
+    for ident, data in parts.runs:
+        lines.append("run: " + _hdr({**ident, "sha256": _sha(data)}))
+    lines.append("benchmark-dump: " + _hdr({"name": parts.bench["name"], "sha256": parts.bench["sha256"]}))
+    for k in parts.corpora:
         lines.append("corpus-ref: " + _hdr({**k, "embedded": with_corpus}))
-    for role, spec, data in files:
-        lines.append("file: " + _hdr({"role": role, "spec": spec, "sha256": sha(data)}))
+    for role, spec, data in parts.files:
+        lines.append("file: " + _hdr({"role": role, "spec": spec, "sha256": _sha(data)}))
+    info = parts.info
     if not info:
-        from crawler.bundle import BUNDLE_FORMAT
+        from crawler.bundle import BUNDLE_FORMAT, _warc_date
+        from store.types import utcnow
 
         info = (f"software: engines/{code_version()}\r\nformat: {BUNDLE_FORMAT}\r\nconformsTo: WARC/1.1\r\n"
                 f"created: {_warc_date(utcnow())}\r\n").encode()
-    info += ("\r\n".join(lines) + "\r\n").encode("utf-8")
+    return info + ("\r\n".join(lines) + "\r\n").encode("utf-8")
+
+
+def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc: dict[str, Any],
+                  options: dict[str, Any], summary: PublishSummary, progress):
+    """Write the bundle to ``path.part``, then into place; its sha256 and size into ``summary``.
+    Returns the export's summary (exchanges written)."""
+    from warcio.warcwriter import WARCWriter
+
+    from crawler.bundle import ExportSummary, _write_exchange, exchange_columns
+    from store.models import Exchange
 
     ex = Exchange.__table__
     cols = exchange_columns()
@@ -383,28 +445,16 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
             writer.write_record(writer.create_warc_record(
                 path.name, "warcinfo", payload=io.BytesIO(info), length=len(info),
                 warc_content_type="application/warc-fields", warc_headers_dict={"WARC-Filename": path.name}))
-            _resource(writer, "claim", "score.json", claim, "application/json",
-                      {H_OPTIONS: _hdr(options), H_META: _hdr({"corpora": corpora, "code_version": doc["code_version"]})})
-            _resource(writer, "benchmark", bench["name"], claim_bytes(bench), "application/json",
-                      {H_META: _hdr({"name": bench["name"], "sha256": bench["sha256"]})})
-            _resource(writer, "subsets", "subsets", claim_bytes(subsets), "application/json", {})
-            for role, spec, data in files:
-                _resource(writer, "file", Path(spec).name, data, "text/plain", {H_META: _hdr({"role": role, "spec": spec})})
-            for h, src, raw in run_files:
-                _resource(writer, "run-file", Path(src).name, raw, "application/octet-stream",
-                          {H_META: _hdr({"config_hash": h, "source": src, "sha256": hashlib.sha256(raw).hexdigest()})})
-            for ident, data in runs:
-                _resource(writer, "run", f"{ident['config_hash']}@{ident['epoch']}", data, "application/jsonl",
-                          {H_RUN: _hdr(ident)})
-            for c in configs:
-                for epoch in epoch_sel[c.id]:
+            _write_resources(writer, parts, claim, doc, options)
+            for c in parts.configs:
+                for epoch in parts.epoch_sel[c.id]:
                     q = sa.select(*cols).where(ex.c.config_id == c.id, ex.c.epoch == epoch).order_by(ex.c.sent_at, ex.c.id)
                     with db.engine.connect() as conn:
                         for row in conn.execution_options(stream_results=True, yield_per=1000).execute(q):
                             _write_exchange(writer, row, c.config_hash, exported)
                             if progress is not None:
                                 progress(exported.exchanges)
-            for k, p in embed:
+            for k, p in parts.embed:
                 size = p.stat().st_size
                 with open(p, "rb") as cf:
                     rec = writer.create_warc_record(
@@ -422,8 +472,22 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     finally:
         if tmp.exists():
             tmp.unlink()
-    summary.exchanges = exported.exchanges
-    summary.remote_systems = len(remote)
-    summary.runs = len(runs)
-    summary.corpus_embedded = bool(embed)
-    return summary
+    return exported
+
+
+def _write_resources(writer, parts: _Parts, claim: bytes, doc: dict[str, Any], options: dict[str, Any]) -> None:
+    """The claim, benchmark, subsets, name-list file, run-file and run records, in that order."""
+    bench = parts.bench
+    _resource(writer, "claim", "score.json", claim, "application/json",
+              {H_OPTIONS: _hdr(options), H_META: _hdr({"corpora": parts.corpora, "code_version": doc["code_version"]})})
+    _resource(writer, "benchmark", bench["name"], claim_bytes(bench), "application/json",
+              {H_META: _hdr({"name": bench["name"], "sha256": bench["sha256"]})})
+    _resource(writer, "subsets", "subsets", claim_bytes(parts.subsets), "application/json", {})
+    for role, spec, data in parts.files:
+        _resource(writer, "file", Path(spec).name, data, "text/plain", {H_META: _hdr({"role": role, "spec": spec})})
+    for h, src, raw in parts.run_files:
+        _resource(writer, "run-file", Path(src).name, raw, "application/octet-stream",
+                  {H_META: _hdr({"config_hash": h, "source": src, "sha256": hashlib.sha256(raw).hexdigest()})})
+    for ident, data in parts.runs:
+        _resource(writer, "run", f"{ident['config_hash']}@{ident['epoch']}", data, "application/jsonl",
+                  {H_RUN: _hdr(ident)})

@@ -9,56 +9,27 @@ It then scores with exactly the options the claim records and compares every num
 field of the score JSON, as serialised, with the claim's — except timestamps, the code
 version and latencies. A system missing from either side is a difference.
 
-The bundle is hostile input: every resource record is bounded in size before it is read
-(decompressed bytes, not the compressed length), JSON is bounded in nesting depth, and
-the corpus is streamed to a temporary file, never held in memory.
+The bundle is hostile input: :mod:`scoring.verify_read` reads it, every record bounded
+in size and digest-checked, JSON bounded in nesting depth, the corpus streamed to a
+temporary file.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-from scoring.publish import FORMAT, H_META, H_OPTIONS, H_ROLE, H_RUN, OPTION_KEYS, find_corpus_file, read_run
-from store.errors import InputError, UserError
-
-# Upper bounds on what verify reads from a bundle (decompressed bytes).
-MAX_JSON = 512 << 20  # claim, benchmark, subsets
-MAX_RUN = 512 << 20
-MAX_FILE = 64 << 20
-MAX_INFO = 16 << 20
-MAX_CORPUS = 16 << 30
-MAX_DEPTH = 100
-MAX_HEADER = 1 << 20
+from scoring.publish import OPTION_KEYS, find_corpus_file, read_run, run_score
+from scoring.verify_read import CannotVerify, Contents, load_json, read_contents
+from store.errors import InputError
 
 # Fields that are not figures: when and by what the claim was made, and latencies.
 SKIP_KEYS = {"generated_at", "code_version"}
-
-
-class CannotVerify(UserError):
-    """Damaged bundle or absent corpus: one line, exit 2."""
-
-    exit_code = 2
-
-
-@dataclass
-class Contents:
-    info: dict[str, list[Any]] = field(default_factory=dict)
-    claim: bytes | None = None
-    options: dict[str, Any] | None = None
-    claim_meta: dict[str, Any] = field(default_factory=dict)
-    benchmark: bytes | None = None
-    subsets: bytes | None = None
-    files: list[tuple[dict[str, Any], bytes]] = field(default_factory=list)
-    runs: list[tuple[dict[str, Any], bytes]] = field(default_factory=list)
-    corpora: list[tuple[dict[str, Any], Path]] = field(default_factory=list)  # embedded, written to temp files
 
 
 @dataclass
@@ -77,145 +48,6 @@ class VerifyReport:
     notes: list[str]
     exchanges: int = 0
     runs: int = 0
-
-
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
-
-
-def json_depth(data: bytes) -> int:
-    """Nesting depth of a JSON text (strings stripped first), in C-speed passes."""
-    stripped = _STRING.sub(b'""', data)
-    depth = best = 0
-    # Only brackets matter; iterate over them alone.
-    for m in re.finditer(rb"[\[\]{}]", stripped):
-        if m.group() in (b"[", b"{"):
-            depth += 1
-            if depth > best:
-                best = depth
-                if best > MAX_DEPTH:
-                    return best
-        else:
-            depth -= 1
-    return best
-
-
-def load_json(data: bytes, where: str) -> Any:
-    if json_depth(data) > MAX_DEPTH:
-        raise CannotVerify(f"{where} nests JSON deeper than {MAX_DEPTH} levels; the bundle is damaged or hostile")
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise CannotVerify(f"{where} is not valid JSON ({str(exc)[:80]}); the bundle is damaged") from None
-
-
-def _header_json(value: str | None, where: str) -> Any:
-    if value is None:
-        return None
-    if len(value) > MAX_HEADER:
-        raise CannotVerify(f"{where}: a header is longer than {MAX_HEADER} bytes")
-    return load_json(value.encode("utf-8"), where)
-
-
-def read_contents(path: Path, tmp: Path) -> Contents:
-    """Every resource record of the bundle, size-bounded and digest-checked."""
-    from warcio.archiveiterator import ArchiveIterator
-
-    label = str(path)
-    out = Contents()
-    limits = {"claim": MAX_JSON, "benchmark": MAX_JSON, "subsets": MAX_JSON, "run": MAX_RUN, "file": MAX_FILE,
-              "corpus": MAX_CORPUS}
-    index = 0
-    with open(path, "rb") as fh:
-        it = iter(ArchiveIterator(fh, check_digests=True))
-        while True:
-            try:
-                record = next(it)
-            except StopIteration:
-                break
-            except Exception as exc:  # noqa: BLE001 - any decoding failure is a damaged bundle
-                raise CannotVerify(f"{label}: record {index + 1} is truncated or corrupt ({type(exc).__name__}); "
-                                   "nothing was verified") from None
-            index += 1
-            h = record.rec_headers
-            rtype = h.get_header("WARC-Type") or "?"
-            here = f"{label}: record {index} ({rtype} {h.get_header('WARC-Target-URI') or ''})"
-            role = h.get_header(H_ROLE) if rtype == "resource" else ("info" if rtype == "warcinfo" else None)
-            try:
-                length = int(h.get_header("Content-Length") or "0")
-            except ValueError:
-                raise CannotVerify(f"{here} has no valid Content-Length; the bundle is damaged") from None
-            # Exchanges are read (and stored) by engines import; here only drained, so that
-            # truncation and digests are checked before anything is loaded.
-            limit = MAX_INFO if role == "info" else limits.get(role, MAX_FILE) if role else MAX_CORPUS
-            if length > limit:
-                raise CannotVerify(f"{here} is {length:,} bytes, over the {limit:,}-byte bound for a {role} record; "
-                                   "refusing to read it")
-            sink = None
-            digest = hashlib.sha256()
-            chunks: list[bytes] = []
-            total = 0
-            meta = _header_json(h.get_header(H_META), here) or {}
-            corpus_file = tmp / f"corpus-{index}.jsonl{'.gz' if str(meta.get('file', '')).endswith('.gz') else ''}"
-            if role == "corpus":
-                sink = open(corpus_file, "wb")  # noqa: SIM115
-            try:
-                while True:
-                    try:
-                        block = record.raw_stream.read(1 << 20)
-                    except Exception as exc:  # noqa: BLE001
-                        raise CannotVerify(f"{here} is truncated or corrupt ({type(exc).__name__}); nothing was verified") from None
-                    if not block:
-                        break
-                    total += len(block)
-                    if total > limit:
-                        raise CannotVerify(f"{here} holds more than {limit:,} bytes; refusing to read it")
-                    if sink is not None:
-                        sink.write(block)
-                        digest.update(block)
-                    elif role is not None:
-                        chunks.append(block)
-            finally:
-                if sink is not None:
-                    sink.close()
-            checker = record.digest_checker
-            has_digest = h.get_header("WARC-Block-Digest") or h.get_header("WARC-Payload-Digest")
-            if checker.passed is False or checker.problems:
-                raise CannotVerify(f"{here} failed its digest check; the bundle was changed or damaged; nothing was verified")
-            if has_digest and checker.passed is not True or record.http_headers is None and total != length:
-                raise CannotVerify(f"{here} is truncated (its digest could not be verified); nothing was verified")
-            if role not in ("info", None) and not has_digest:
-                raise CannotVerify(f"{here} carries no digest; nothing was verified")
-            if role is None:
-                continue
-            data = b"".join(chunks)
-            if role == "info":
-                for line in data.decode("utf-8", "replace").splitlines():
-                    key, sep, value = line.partition(":")
-                    if sep and key in ("publish-format", "publisher"):
-                        out.info.setdefault(key, []).append(value.strip())
-                    elif sep and key in ("claim", "parser", "run", "corpus-ref", "file", "benchmark-dump", "config"):
-                        out.info.setdefault(key, []).append(load_json(value.encode("utf-8"), here))
-            elif role == "claim":
-                out.claim = data
-                out.options = _header_json(h.get_header(H_OPTIONS), here)
-                out.claim_meta = meta
-            elif role == "benchmark":
-                out.benchmark = data
-            elif role == "subsets":
-                out.subsets = data
-            elif role == "file":
-                out.files.append((meta, data))
-            elif role == "run":
-                out.runs.append((_header_json(h.get_header(H_RUN), here) or {}, data))
-            elif role == "corpus":
-                meta["_file_sha256"] = digest.hexdigest()
-                out.corpora.append((meta, corpus_file))
-    if index == 0:
-        raise CannotVerify(f"{label}: no WARC records in the file (empty, or not a WARC)")
-    if out.claim is None or not isinstance(out.options, dict) or out.benchmark is None:
-        raise CannotVerify(f"{label}: not a leaderboard bundle ({FORMAT}: no claim, options or benchmark record); "
-                           "`engines publish` writes one (`engines import` still reads its exchanges)")
-    return out
 
 
 # --------------------------------------------------------------------------- loading
@@ -437,13 +269,10 @@ def _corpus_missing(ref: dict[str, Any]) -> CannotVerify:
         f"(`engines corpus load` takes that source) and pass the file with --corpus PATH")
 
 
+
 def verify_bundle(path: str | Path, *, corpus: str | Path | None = None, db_url: str | None = None,
                   say=None) -> VerifyReport:
     """Re-derive the claim of a leaderboard bundle; the report of what differs."""
-    from engines import code_version
-    from engines.registry import ENGINES
-    from crawler.bundle import BadBundle, import_bundle
-    from store.corpus import load_corpus
     from store.db import open_database
 
     path = Path(path)
@@ -457,98 +286,130 @@ def verify_bundle(path: str | Path, *, corpus: str | Path | None = None, db_url:
         if not isinstance(claimed, dict) or not isinstance(claimed.get("systems"), list):
             raise CannotVerify(f"{path}: the claim is not an engines.score document")
         options = _checked_options(contents.options, path)
-
-        # Corpora: from the bundle, --corpus, the local cache or the package, by sha256.
-        refs = [r for r in contents.info.get("corpus-ref", []) if isinstance(r, dict)]
-        if not refs:
-            refs = [r for r in contents.claim_meta.get("corpora", []) if isinstance(r, dict)]
-        embedded = {m.get("_file_sha256"): p for m, p in contents.corpora}
-        corpus_files: list[tuple[dict[str, Any], Path]] = []
-        for ref in refs:
-            want = str(ref.get("sha256"))
-            found = embedded.get(want)
-            if found is None:
-                extra = [Path(corpus).expanduser()] if corpus else []
-                found = find_corpus_file(want, None, extra)
-                if found is None and str(ref.get("source", "")).startswith("hf://"):
-                    found = find_corpus_file(want, str(ref["source"]), extra)
-            if found is None:
-                if corpus and Path(corpus).expanduser().is_file():
-                    raise CannotVerify(f"--corpus {corpus}: its sha256 is not {want} (corpus {ref.get('name')}@"
-                                       f"{ref.get('revision')}); get that file from {ref.get('source')}")
-                raise _corpus_missing(ref)
-            corpus_files.append((ref, found))
-        if not corpus_files:
-            raise CannotVerify(f"{path}: the bundle names no corpus; it cannot be verified")
+        corpus_files = _corpus_files(contents, corpus, path)
 
         url = db_url or f"sqlite:///{tmp / 'verify.db'}"
         db = open_database(url)
         try:
             if db_url:
                 _check_empty(db)
-            bench = load_json(contents.benchmark, f"{path}: the benchmark record")
-            _load_benchmark(db, bench)
-            if contents.subsets is not None:
-                _load_subsets(db, load_json(contents.subsets, f"{path}: the subsets record"))
-            for ref, file in corpus_files:
-                try:
-                    load_corpus(db, str(file), name=str(ref["name"]), revision=str(ref["revision"]))
-                except InputError as exc:
-                    raise CannotVerify(f"corpus {ref.get('name')}@{ref.get('revision')}: {exc.message}") from None
-            say(f"loaded benchmark {bench.get('name')}, {len(corpus_files)} corpus file(s)")
-            try:
-                summary = import_bundle(db, path)
-            except BadBundle as exc:
-                raise CannotVerify(exc.message) from None
-            qid_text = {str(q["qid"]): str(q["text"]) for q in bench["queries"]}
-            n_runs = _load_runs(db, contents.runs, qid_text)
-            say(f"imported {summary.exchanges_read:,} exchanges ({summary.answers:,} answers parsed with today's "
-                f"parsers) and {n_runs} run(s)")
-
-            # Name-list files: written back under their own names, the options pointed at them.
-            files_dir = tmp / "files"
-            files_dir.mkdir()
-            spec_map: dict[str, str] = {}
-            for meta, data in contents.files:
-                spec = str(meta.get("spec"))
-                name = Path(spec).name or "names.txt"
-                sub = files_dir / str(len(spec_map))
-                sub.mkdir()
-                (sub / name).write_bytes(data)
-                spec_map[spec] = str(sub / name)
-            if options.get("shared_with"):
-                options["shared_with"] = [spec_map.get(s, s) for s in options["shared_with"]]
-            # Every system in the bundle (it holds exactly the claimed ones); ids may differ
-            # from the source database's (labels, epochs), so compare/snapshots are mapped.
-            wanted_compare = options.get("compare")
-            wanted_snaps = options.get("snapshots")
-            options.update(systems=None, epochs="all", compare=None, snapshots=None)
-            from scoring.publish import run_score
-
-            derived = run_score(db, options).to_json()
-            if wanted_compare or wanted_snaps:
-                by_key = {f"{s['config_hash']}@{s['epoch']}": s["id"] for s in derived["systems"]}
-                claimed_key = {s.get("id"): f"{s.get('config_hash')}@{s.get('epoch')}" for s in claimed["systems"]
-                               if isinstance(s, dict)}
-
-                def mapped(sid: str) -> str:
-                    return by_key.get(claimed_key.get(sid, ""), sid)
-
-                if wanted_compare:
-                    options["compare"] = [[mapped(a), mapped(b)] for a, b in wanted_compare]
-                if wanted_snaps:
-                    options["snapshots"] = {mapped(k): spec_map.get(v, v) for k, v in wanted_snaps.items()}
-                derived = run_score(db, options).to_json()
-            # The re-derived ids as the claim names them, so comparisons line up.
-            rename = {s["id"]: next((c.get("id") for c in claimed["systems"] if isinstance(c, dict)
-                                     and c.get("config_hash") == s["config_hash"] and c.get("epoch") == s["epoch"]),
-                                    s["id"]) for s in derived["systems"]}
-            for c in derived.get("comparisons") or []:
-                c["a"], c["b"] = rename.get(c["a"], c["a"]), rename.get(c["b"], c["b"])
+            summary, n_runs = _load_bundle(db, path, contents, corpus_files, say)
+            spec_map = _write_files(contents, tmp)
+            derived = _rederive(db, options, claimed, spec_map)
         finally:
             db.dispose()
 
     equal, diffs, n_systems = compare_docs(claimed, derived)
+    return VerifyReport(systems=n_systems, figures_equal=equal, differences=diffs, notes=_notes(claimed, contents),
+                        exchanges=summary.exchanges_read, runs=n_runs)
+
+
+def _corpus_files(contents: Contents, corpus: str | Path | None, path: Path) -> list[tuple[dict[str, Any], Path]]:
+    """Each corpus the claim names, with its file: from the bundle, --corpus, the local cache
+    or the package, by sha256."""
+    refs = [r for r in contents.info.get("corpus-ref", []) if isinstance(r, dict)]
+    if not refs:
+        refs = [r for r in contents.claim_meta.get("corpora", []) if isinstance(r, dict)]
+    embedded = {m.get("_file_sha256"): p for m, p in contents.corpora}
+    corpus_files: list[tuple[dict[str, Any], Path]] = []
+    for ref in refs:
+        want = str(ref.get("sha256"))
+        found = embedded.get(want)
+        if found is None:
+            extra = [Path(corpus).expanduser()] if corpus else []
+            found = find_corpus_file(want, None, extra)
+            if found is None and str(ref.get("source", "")).startswith("hf://"):
+                found = find_corpus_file(want, str(ref["source"]), extra)
+        if found is None:
+            if corpus and Path(corpus).expanduser().is_file():
+                raise CannotVerify(f"--corpus {corpus}: its sha256 is not {want} (corpus {ref.get('name')}@"
+                                   f"{ref.get('revision')}); get that file from {ref.get('source')}")
+            raise _corpus_missing(ref)
+        corpus_files.append((ref, found))
+    if not corpus_files:
+        raise CannotVerify(f"{path}: the bundle names no corpus; it cannot be verified")
+    return corpus_files
+
+
+def _load_bundle(db, path: Path, contents: Contents, corpus_files: list[tuple[dict[str, Any], Path]], say):
+    """Benchmark, subsets, corpora, exchanges (through engines import) and run records into
+    the fresh database: (the import summary, the number of run records)."""
+    from crawler.bundle import BadBundle, import_bundle
+    from store.corpus import load_corpus
+
+    bench = load_json(contents.benchmark, f"{path}: the benchmark record")
+    _load_benchmark(db, bench)
+    if contents.subsets is not None:
+        _load_subsets(db, load_json(contents.subsets, f"{path}: the subsets record"))
+    for ref, file in corpus_files:
+        try:
+            load_corpus(db, str(file), name=str(ref["name"]), revision=str(ref["revision"]))
+        except InputError as exc:
+            raise CannotVerify(f"corpus {ref.get('name')}@{ref.get('revision')}: {exc.message}") from None
+    say(f"loaded benchmark {bench.get('name')}, {len(corpus_files)} corpus file(s)")
+    try:
+        summary = import_bundle(db, path)
+    except BadBundle as exc:
+        raise CannotVerify(exc.message) from None
+    qid_text = {str(q["qid"]): str(q["text"]) for q in bench["queries"]}
+    n_runs = _load_runs(db, contents.runs, qid_text)
+    say(f"imported {summary.exchanges_read:,} exchanges ({summary.answers:,} answers parsed with today's "
+        f"parsers) and {n_runs} run(s)")
+    return summary, n_runs
+
+
+def _write_files(contents: Contents, tmp: Path) -> dict[str, str]:
+    """Name-list files written back under their own names: the claim's spec → the file."""
+    files_dir = tmp / "files"
+    files_dir.mkdir()
+    spec_map: dict[str, str] = {}
+    for meta, data in contents.files:
+        spec = str(meta.get("spec"))
+        name = Path(spec).name or "names.txt"
+        sub = files_dir / str(len(spec_map))
+        sub.mkdir()
+        (sub / name).write_bytes(data)
+        spec_map[spec] = str(sub / name)
+    return spec_map
+
+
+def _rederive(db, options: dict[str, Any], claimed: dict[str, Any], spec_map: dict[str, str]) -> dict[str, Any]:
+    """The score JSON with the claim's options, the options pointed at the written files."""
+    if options.get("shared_with"):
+        options["shared_with"] = [spec_map.get(s, s) for s in options["shared_with"]]
+    # Every system in the bundle (it holds exactly the claimed ones); ids may differ
+    # from the source database's (labels, epochs), so compare/snapshots are mapped.
+    wanted_compare = options.get("compare")
+    wanted_snaps = options.get("snapshots")
+    options.update(systems=None, epochs="all", compare=None, snapshots=None)
+    derived = run_score(db, options).to_json()
+    if wanted_compare or wanted_snaps:
+        by_key = {f"{s['config_hash']}@{s['epoch']}": s["id"] for s in derived["systems"]}
+        claimed_key = {s.get("id"): f"{s.get('config_hash')}@{s.get('epoch')}" for s in claimed["systems"]
+                       if isinstance(s, dict)}
+
+        def mapped(sid: str) -> str:
+            return by_key.get(claimed_key.get(sid, ""), sid)
+
+        if wanted_compare:
+            options["compare"] = [[mapped(a), mapped(b)] for a, b in wanted_compare]
+        if wanted_snaps:
+            options["snapshots"] = {mapped(k): spec_map.get(v, v) for k, v in wanted_snaps.items()}
+        derived = run_score(db, options).to_json()
+    # The re-derived ids as the claim names them, so comparisons line up.
+    rename = {s["id"]: next((c.get("id") for c in claimed["systems"] if isinstance(c, dict)
+                             and c.get("config_hash") == s["config_hash"] and c.get("epoch") == s["epoch"]),
+                            s["id"]) for s in derived["systems"]}
+    for c in derived.get("comparisons") or []:
+        c["a"], c["b"] = rename.get(c["a"], c["a"]), rename.get(c["b"], c["b"])
+    return derived
+
+
+def _notes(claimed: dict[str, Any], contents: Contents) -> list[str]:
+    """What differs between the claim's tools and today's: the code and parser versions."""
+    from engines import code_version
+    from engines.registry import ENGINES
+
     notes = []
     claimed_version = claimed.get("code_version")
     if claimed_version != code_version():
@@ -559,5 +420,4 @@ def verify_bundle(path: str | Path, *, corpus: str | Path | None = None, db_url:
             if p.get("parser_version") != now:
                 notes.append(f"parser version differs: {p['engine']} was parsed by version {p.get('parser_version')} "
                              f"for the claim, today's is {now}")
-    return VerifyReport(systems=n_systems, figures_equal=equal, differences=diffs, notes=notes,
-                        exchanges=summary.exchanges_read, runs=n_runs)
+    return notes

@@ -312,7 +312,7 @@ def test_a_damaged_bundle_is_one_line_exit_2(source, capsys, tmp_path):
 
 
 def test_hostile_records_are_bounded(source, capsys, tmp_path, monkeypatch):
-    import scoring.verify as v
+    import scoring.verify_read as v
 
     monkeypatch.setattr(v, "MAX_JSON", 1000)
     code, out, err = verify(capsys, source["full"])
