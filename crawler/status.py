@@ -41,7 +41,7 @@ def status_rows(db, bench: str | None, all_styles: bool) -> tuple[list, list[Sta
     """(remote configurations, one row per configuration x benchmark)."""
     from crawler.pacing import default_margin
     from crawler.plan import WorkQueue, benchmark_texts, current_epoch
-    from crawler.run import eta, fmt_duration
+    from crawler.progress import eta, fmt_duration
     from engines.registry import ENGINES
     from store.models import Answer, Benchmark, EngineConfig, Query
 
