@@ -99,6 +99,16 @@ class EngineLoop:
             st.taken += len(items)
             return items
 
+    @property
+    def under_way(self) -> bool:
+        """Whether this engine's progress line is still live: it is not finished, texts are
+        due, and either no loop has stopped or a request is still out. A loop that reaches
+        ``--limit`` (or the deadline) stops claiming and marks the engine stopped while the
+        other loops' requests may still be waiting out a host's pause."""
+        res = self.eng.result
+        return (not self.eng.finished and res.counts.pending > 0
+                and (res.stopped is None or self.st.in_flight > 0))
+
     def spawn(self) -> None:
         task = asyncio.create_task(self.loop())
         self.tasks.add(task)
@@ -242,7 +252,9 @@ async def watch_pauses(loops: list[EngineLoop], opts: CrawlOptions, reporter: Re
                        pauses: dict[str, float | None], every: float = 0.5) -> None:
     """Read each host's pause from the pacer's ledger now and then, and refresh the
     progress lines meanwhile: a paused engine completes nothing, so without this its
-    line would neither say "paused until" nor let its ETA grow."""
+    line would neither say "paused until" nor let its ETA grow. That holds for an engine
+    whose claims reached ``--limit`` too, while its last requests wait out the pause
+    (:attr:`EngineLoop.under_way`; they were skipped once a loop had said "limit")."""
     while True:
         hosts = {lp.eng.adapter.host: lp.fetcher.pacer for lp in loops}
         for host, pacer in hosts.items():
@@ -252,7 +264,7 @@ async def watch_pauses(loops: list[EngineLoop], opts: CrawlOptions, reporter: Re
                 pauses[host] = None
         for lp in loops:
             eng = lp.eng
-            if eng.result.stopped is None and eng.result.counts.pending > 0 and not eng.finished:
+            if lp.under_way:
                 reporter.update(eng.name, eng.result.counts, lp.fetcher.pacer.interval, eng.adapter.batch_size,
                                 todo=texts_to_send(eng, opts), paused_until=pauses.get(eng.adapter.host))
         await asyncio.sleep(every)
