@@ -210,3 +210,37 @@ def test_a_paused_host_shows_paused_until(sqlite_url: str, rows) -> None:  # noq
     assert summary.results[0].answered_now == 8
     assert any("Retry-After" in line for line in rep.lines), "the server never paused us: the test lost its teeth"
     assert any(re.search(r"; paused until \d\d:\d\d:\d\d$", line) for line in rep.lines), rep.lines
+
+
+def test_the_pause_watcher_refreshes_an_engine_whose_last_requests_wait_out_a_pause() -> None:
+    """A loop that reached --limit marks the engine stopped ("limit") while the other loops'
+    requests still wait out a host's pause: the watcher must still say "paused until" (it
+    skipped such an engine, and the line never said it on a loaded machine, issue 22)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from crawler.loop import EngineLoop, watch_pauses
+    from crawler.pacing import MemoryLedger
+
+    until = time.time() + 60
+    ledger = MemoryLedger()
+    ledger.pause("h", until)
+    pacer = SimpleNamespace(ledger=ledger, interval=0.1)
+    result = SimpleNamespace(counts=Counts(10, 4, 0), sent_texts=4, stopped="limit")
+    eng = SimpleNamespace(name="e", adapter=SimpleNamespace(host="h", batch_size=1), result=result, finished=False)
+    out = io.StringIO()
+    rep = Reporter(stream=out, every=1e9)
+    opts = CrawlOptions(engines=["e"], bench="b", limit=8)
+
+    async def one_round(in_flight: int) -> None:
+        loop = EngineLoop(None, eng, SimpleNamespace(pacer=pacer), opts, rep, None, {})
+        loop.st.in_flight = in_flight
+        watcher = asyncio.create_task(watch_pauses([loop], opts, rep, {}, every=0.01))
+        await asyncio.sleep(0.05)
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+
+    asyncio.run(one_round(in_flight=0))  # stopped, nothing out: no line
+    assert out.getvalue() == ""
+    asyncio.run(one_round(in_flight=2))  # stopped claiming, two requests waiting out the pause
+    assert out.getvalue().rstrip().endswith("paused until " + time.strftime("%H:%M:%S", time.localtime(until)))
