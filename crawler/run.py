@@ -63,7 +63,7 @@ __all__ = [
     "summary_lines",
 ]
 
-_Engine = CrawlEngine
+_Engine = CrawlEngine  # the name recover_unparsed's signature uses (kept as it was)
 
 
 def recover_unparsed(db, eng: _Engine, *, min_age: float) -> int:
