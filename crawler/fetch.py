@@ -33,11 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import email.utils
 import hashlib
-import math
 import random
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -46,39 +43,20 @@ import httpx
 import sqlalchemy as sa
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
-from crawler.pacing import PAUSE_MAX, Pacer
+from crawler.outcome import FAILED, OUTAGE, REFUSED, Outcome, Parsed, failure, write_outcomes
+from crawler.outcome import outcome as parse_outcome
+from crawler.pacing import Pacer
+from crawler.retry import RETRY_AFTER_MAX, EngineBroken, Retryable, RetryPolicy, Wait, parse_retry_after  # noqa: F401
 from crawler.writer import DirectWriter, Writer
-from engines.base import EngineHTTPError, EngineOutage, EngineParseError, redact_headers, redact_url
-from store.models import Answer, Exchange, ParseOutcome, WorkLease
-from store.names import normalize_name
+from engines.base import redact_headers, redact_url
 from store.db import machine_error
+from store.models import Exchange
 from store.text import clean_text
-from store.writes import encode_raw, write_hit_rows
 from store.types import utcnow
 
-_EXCHANGES = Exchange.__table__
-_PARSES = ParseOutcome.__table__
-_ANSWERS = Answer.__table__
-_LEASES = WorkLease.__table__
-
-
-def _insert_for(dialect: str):
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert
-
-
-# The hot path's statements, built once: building a statement per exchange (``.values(...)``)
+# The hot path's statement, built once: building a statement per exchange (``.values(...)``)
 # cost as much as executing it. Parameters go in as dicts.
-_ARCHIVE = sa.insert(_EXCHANGES).returning(_EXCHANGES.c.id)
-_PARSE = sa.insert(_PARSES)
-_ANSWER = {d: _insert_for(d)(_ANSWERS).on_conflict_do_nothing().returning(_ANSWERS.c.id)
-           for d in ("sqlite", "postgresql")}
-_LEASES_DONE = sa.delete(_LEASES).where(
-    _LEASES.c.config_id == sa.bindparam("c"), _LEASES.c.epoch == sa.bindparam("e"),
-    _LEASES.c.query_sha256.in_(sa.bindparam("shas", expanding=True)))
+_ARCHIVE = sa.insert(Exchange.__table__).returning(Exchange.__table__.c.id)
 
 
 def _hhmm(t: float) -> str:
@@ -87,32 +65,9 @@ def _hhmm(t: float) -> str:
     return utc_clock(t, time.time(), seconds=True) + " UTC"
 
 
-# The longest pause a server's Retry-After can set: a server asking for more is asked
-# again after this (the value is untrusted input: "1e400" or "99999999999" must not
-# pause a host for ever, nor store Inf).
-RETRY_AFTER_MAX = PAUSE_MAX
 # The default --max-body: response bytes read at most (after decompression); the rest
 # is not read, the exchange is archived truncated and failed, not retried.
 MAX_BODY = 16 * 1024 * 1024
-_DELTA_SECONDS = re.compile(r"\d{1,20}(?:\.\d{1,9})?")
-
-
-def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP date,
-    capped at :data:`RETRY_AFTER_MAX`; None for anything else (``1e400``, ``-5``, ``nan``)."""
-    if value is None:
-        return None
-    value = value.strip()
-    if _DELTA_SECONDS.fullmatch(value):
-        return min(RETRY_AFTER_MAX, float(value))
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-        wait = when.timestamp() - now if when is not None else None
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if wait is None or not math.isfinite(wait):
-        return None
-    return min(RETRY_AFTER_MAX, max(0.0, wait))
 
 
 class _Unstorable(Exception):
@@ -132,36 +87,12 @@ async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]
     return b"".join(chunks), False
 
 
-@dataclass
-class RetryPolicy:
-    max_attempts: int = 5
-    max_delay: float = 600.0  # seconds since the first attempt of a batch
-    backoff_initial: float = 2.0
-    backoff_max: float = 60.0
-    # The longest pause (Retry-After or outage backoff) a run waits out without a
-    # --deadline; a longer one stops that engine for this run (exit 3), the pause is kept.
-    retry_after_cap: float = 1800.0
-    breaker_threshold: int = 10  # consecutive failed attempts that stop an engine
-    outage_initial: float = 30.0  # first pause of a host after an outage (doubles)
-    outage_max: float = 1800.0  # the backoff cap: a host that is down is tried every 30 min
-
-
 # Seconds of waiting for a send slot after which the leases are checked again before sending.
 LEASE_RECHECK_WAIT = 1.0
 
 
-class Retryable(Exception):
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
 class _Outage(Exception):
     """The service is down (maintenance page, restarting backend): pause the host, try again."""
-
-
-class EngineBroken(Exception):
-    """The circuit breaker opened (K consecutive failed attempts; outages and pauses do not count)."""
 
 
 @dataclass
@@ -174,25 +105,6 @@ class FetchOutcome:
     failed: str | None = None  # permanent failure message (not retried)
     exhausted: str | None = None  # retryable failure, attempts used up
     attempts: int = 0
-
-
-class _Wait:
-    """Retry-After when the server sent one, else jittered exponential backoff."""
-
-    def __init__(self, policy: RetryPolicy, floor: float, rng: random.Random) -> None:
-        self.policy = policy
-        self.floor = floor
-        self.rng = rng
-
-    def __call__(self, retry_state: Any) -> float:
-        exc = retry_state.outcome.exception() if retry_state.outcome else None
-        if isinstance(exc, Retryable) and exc.retry_after is not None:
-            # The pause is in host_state: the pacer holds the next grant until it ends
-            # (and stops the engine when it ends past the deadline), so no sleep here.
-            return self.floor
-        p = self.policy
-        base = min(p.backoff_max, p.backoff_initial * 2 ** (retry_state.attempt_number - 1))
-        return base + self.rng.uniform(0, min(base, p.backoff_initial))
 
 
 class Fetcher:
@@ -253,7 +165,7 @@ class Fetcher:
             # not use up the attempts meant for flaky answers (the pacer does the waiting).
             retrying = AsyncRetrying(
                 stop=stop_after_attempt(self.policy.max_attempts) | stop_after_delay(self.policy.max_delay),
-                wait=_Wait(self.policy, floor, self.rng),
+                wait=Wait(self.policy, floor, self.rng),
                 retry=retry_if_exception_type(Retryable),
                 sleep=self.sleep,
                 reraise=True,
@@ -321,6 +233,14 @@ class Fetcher:
             if not items:
                 return
         texts = [t for _, t in items]
+        exchange, headers, truncated, elapsed = await self._send(texts, attempt, granted)
+        if await self._refused(exchange, headers, truncated, attempt, outcome):
+            return
+        await self._answer(exchange, headers, items, attempt, outcome, elapsed)
+
+    async def _send(self, texts: list[str], attempt: int, granted: float) -> tuple[dict[str, Any], dict, bool, float]:
+        """Send the request and read the response: (the exchange row, the headers as received,
+        body truncated, elapsed ms). A transport error or timeout is archived and raises :class:`Retryable`."""
         request = self.adapter.build_request(texts)
         body_out = request.content if request.content else None
         left: list[float] = []
@@ -382,10 +302,16 @@ class Fetcher:
             raise Retryable(err) from None
         elapsed = (time.perf_counter() - t0) * 1000
         await corrected()
-        status = response.status_code
         headers = dict(response.headers)
-        exchange = self._exchange(request, body_out, texts, attempt, sent_wall, elapsed,
-                                  status=status, response_headers=headers, response_body=body)
+        exchange = self._exchange(request, body_out, texts, attempt, sent_wall, elapsed, status=response.status_code,
+                                  response_headers=headers, response_body=body)
+        return exchange, headers, truncated, elapsed
+
+    async def _refused(self, exchange: dict[str, Any], headers: dict, truncated: bool, attempt: int,
+                       outcome: FetchOutcome) -> bool:
+        """The response's status: archive and retry (raises), or archive a permanent failure
+        (True); False for a 2xx body to parse."""
+        status, body = exchange["status_code"], exchange["response_body"]
         if truncated:
             # Archived as far as read (exported with WARC-Truncated: length); a body this
             # size is no answer, and asking again would read it again: failed, not retried.
@@ -396,10 +322,9 @@ class Fetcher:
             self.consecutive_failures = 0
             outcome.failed = msg
             self.on_event(f"{self.adapter.engine}: {msg} (not retried)")
-            return
-
+            return True
         now = time.time()
-        ra = parse_retry_after(response.headers.get("retry-after"), now) if (
+        ra = parse_retry_after(headers.get("retry-after"), now) if (
             status in (408, 429) or 500 <= status < 600) else None
         if ra is not None:
             # The server says when to come back: pause every request to this host, in every
@@ -432,36 +357,31 @@ class Fetcher:
             self.consecutive_failures = 0  # the engine answered; this query is refused
             outcome.failed = f"HTTP {status}: {body[:120].decode('utf-8', 'replace')}"
             self.on_event(f"{self.adapter.engine}: {outcome.failed} (not retried)")
-            return
+            return True
+        return False
 
-        # The body is parsed in memory and committed with its exchange in one transaction:
-        # an answer never exists without its archived body, and a parser that crashes
-        # (a bug, or a body it cannot take) leaves the exchange archived with a failed
-        # outcome (retried like a parse error; `engines reparse` once the bug is fixed).
-        try:
-            parsed = self.adapter.parse(texts, status, headers, body)
-            if len(parsed) != len(texts):
-                raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
-        except EngineOutage as exc:
-            await self._store(exchange, parse_error=f"outage: {exc}")
-            await self._outage(str(exc))
-        except EngineHTTPError as exc:
-            await self._store(exchange, parse_error=str(exc))
+    async def _answer(self, exchange: dict[str, Any], headers: dict, items: list[tuple[str, str]], attempt: int,
+                      outcome: FetchOutcome, elapsed: float) -> None:
+        """A 2xx body: its outcome (:func:`crawler.outcome.outcome`) committed with its exchange
+        in one transaction: an answer never exists without its archived body, and a parser
+        that crashes (a bug, or a body it cannot take) leaves the exchange archived with a
+        failed outcome (retried like a parse error; `engines reparse` once the bug is fixed)."""
+        parsed = parse_outcome(self.adapter, [t for _, t in items], exchange["status_code"], headers,
+                               exchange["response_body"])
+        if parsed.kind == OUTAGE:
+            await self._store(exchange, parse_error=parsed.error)
+            await self._outage(parsed.reason)
+        if parsed.kind == REFUSED:
+            await self._store(exchange, parse_error=parsed.error)
             self.consecutive_failures = 0
-            outcome.failed = str(exc)
-            self.on_event(f"{self.adapter.engine}: {exc} (not retried)")
+            outcome.failed = parsed.error
+            self.on_event(f"{self.adapter.engine}: {parsed.error} (not retried)")
             return
-        except EngineParseError as exc:
-            await self._store(exchange, parse_error=str(exc))
-            self._failure(str(exc))
-            self.on_event(f"{self.adapter.engine}: attempt {attempt}: {exc}")
-            raise Retryable(str(exc)) from None
-        except Exception as exc:  # noqa: BLE001 - whatever a body does to a parser is a failed parse
-            msg = clean_text(f"{self.adapter.engine}: the parser failed: {type(exc).__name__}: {exc}"[:500])
-            await self._store(exchange, parse_error=msg)
-            self._failure(msg)
-            self.on_event(f"{self.adapter.engine}: attempt {attempt}: {msg}")
-            raise Retryable(msg) from None
+        if parsed.kind == FAILED:
+            await self._store(exchange, parse_error=parsed.error)
+            self._failure(parsed.error)
+            self.on_event(f"{self.adapter.engine}: attempt {attempt}: {parsed.error}")
+            raise Retryable(parsed.error)
         self.consecutive_failures = 0
         # A good answer: the host is up again. Cleared in the answer's transaction; not at
         # all when the ledger knows nothing is recorded.
@@ -488,20 +408,10 @@ class Fetcher:
 
     # ------------------------------------------------------------------ writes
 
-    def _exchange(
-        self,
-        request: httpx.Request,
-        body_out: bytes | None,
-        texts: list[str],
-        attempt: int,
-        sent_wall: float,
-        elapsed_ms: float,
-        *,
-        status: int | None = None,
-        response_headers: dict[str, str] | None = None,
-        response_body: bytes | None = None,
-        transport_error: str | None = None,
-    ) -> dict[str, Any]:
+    def _exchange(self, request: httpx.Request, body_out: bytes | None, texts: list[str], attempt: int,
+                  sent_wall: float, elapsed_ms: float, *, status: int | None = None,
+                  response_headers: dict[str, str] | None = None, response_body: bytes | None = None,
+                  transport_error: str | None = None) -> dict[str, Any]:
         """The exchange row as archived (secrets redacted)."""
         url = redact_url(str(request.url))
         fp = hashlib.sha256(
@@ -536,14 +446,9 @@ class Fetcher:
             # response): one statement per departure, each one send's own correction.
             await asyncio.to_thread(self.pacer.write_departures)
 
-    async def _store(
-        self,
-        exchange: dict[str, Any],
-        *,
-        parse_error: str | None = None,
-        answers: tuple[list[tuple[str, str]], list[list[Any]], float | None] | None = None,
-        after: Callable[[sa.Connection], None] | None = None,
-    ) -> list[str]:
+    async def _store(self, exchange: dict[str, Any], *, parse_error: str | None = None,
+                     answers: tuple[list[tuple[str, str]], Outcome, float | None] | None = None,
+                     after: Callable[[sa.Connection], None] | None = None) -> list[str]:
         """Archive the exchange (with its parse outcome and answers, if any) in one
         transaction of the writer; return the shas answered now."""
         flush = self.pacer.ledger.flush_corrections if self.pacer.defers_corrections else None
@@ -554,12 +459,16 @@ class Fetcher:
                 flush(conn)  # this exchange's departure (and any other deferred one), same commit
             ex_id = conn.execute(_ARCHIVE, exchange).scalar_one()
             if parse_error is not None:
-                write_parse_failure(conn, ex_id, parser_version, parse_error)
+                write_outcomes(conn, self.config_id, parser_version, [
+                    Parsed(ex_id, self.epoch, [], failure(FAILED, parse_error), None)])
             if answers is None:
                 return []
             items, parsed, latency = answers
-            return write_answers_in(conn, parser_version, self.config_id, self.epoch, ex_id, items, parsed,
-                                    latency, after=after)
+            done = write_outcomes(conn, self.config_id, parser_version,
+                                  [Parsed(ex_id, self.epoch, items, parsed, latency)])
+            if after is not None:
+                after(conn)
+            return done
 
         try:
             done = await self.writer.run(op)
@@ -577,65 +486,3 @@ class Fetcher:
         self.exchanges += 1
         return done
 
-
-def write_parse_failure(conn: sa.Connection, exchange_id: int, parser_version: int, error: str) -> None:
-    """The ``parse_outcomes`` row of a body that gave no answers (in the caller's transaction)."""
-    conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=parser_version, ok=False,
-                              error=clean_text(error), dropped_items=0, drop_reason=None))
-
-
-def write_answers(db, *args: Any, **kw: Any) -> list[str]:
-    """:func:`write_answers_in` (same arguments after ``db``) in a transaction of its own."""
-    with db.engine.begin() as conn:
-        return write_answers_in(conn, *args, **kw)
-
-
-def write_answers_in(
-    conn: sa.Connection,
-    parser_version: int,
-    config_id: int,
-    epoch: int,
-    exchange_id: int,
-    items: list[tuple[str, str]],
-    parsed: list[list[Any]],
-    latency_ms: float | None,
-    *,
-    after: Callable[[sa.Connection], None] | None = None,
-) -> list[str]:
-    """Parse outcome + one answer per text + lease removal in the caller's transaction;
-    ``after`` runs last inside it. Returns the shas answered now."""
-    done: list[str] = []
-    # A tolerant parse returns engines.base.HitList (what it dropped); a plain list dropped nothing.
-    drops = [int(getattr(hits, "dropped", 0) or 0) for hits in parsed]
-    reason = next((getattr(h, "drop_reason", None) for h in parsed if getattr(h, "drop_reason", None)), None)
-    fetched_at = utcnow()
-    # Core statements in one transaction (the crawl's hot path): an answer already current
-    # for this configuration × text × epoch (answered meanwhile by another worker or path)
-    # makes the insert a no-op instead of an error, so fetch-once keeps the first answer
-    # without a savepoint per text.
-    answer = _ANSWER["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
-    hit_rows: list[tuple] = []
-    conn.execute(_PARSE, dict(exchange_id=exchange_id, parser_version=parser_version, ok=True,
-                              error=None, dropped_items=sum(drops),
-                              drop_reason=None if reason is None else clean_text(reason)))
-    for (sha, text), hits, dropped in zip(items, parsed, drops):
-        answer_id = conn.execute(answer, dict(
-            config_id=config_id, query_text=text, query_sha256=sha, epoch=epoch, exchange_id=exchange_id,
-            parser_version=parser_version, fetched_at=fetched_at, n_returned=len(hits),
-            latency_ms=latency_ms, meta=None, superseded=False, dropped_items=dropped,
-        )).scalar()
-        if answer_id is None:
-            continue  # answered meanwhile (another path); fetch-once keeps the first
-        # Driver-level tuples in store.writes' column order: SQLAlchemy's per-row parameter
-        # processing (a dict and a JSON bind per hit) cost more than the insert itself.
-        hit_rows.extend(
-            (answer_id, h.rank, h.name, normalize_name(h.name), encode_raw(h.raw), None, None, None) for h in hits
-        )
-        done.append(sha)
-    if hit_rows:
-        write_hit_rows(conn, hit_rows)
-    if items:
-        conn.execute(_LEASES_DONE, {"c": config_id, "e": epoch, "shas": [sha for sha, _ in items]})
-    if after is not None:
-        after(conn)
-    return done

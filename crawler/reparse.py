@@ -40,11 +40,10 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from engines.base import EngineHTTPError, EngineOutage, EngineParseError
+from crawler.outcome import OUTAGE, Outcome, outcomes
 from store.errors import InputError, UserError
 from store.models import Answer, EngineConfig, Exchange, Hit, ParseOutcome, Position, WorkLease
-from store.names import normalize_name
-from store.writes import encode_raw, paused_gc, write_hit_rows
+from store.writes import answer_row, insert_answers, paused_gc
 
 BATCH = 500  # exchanges per transaction
 BATCH_BYTES = 64 << 20  # ... and at most this many bytes of bodies (one is always taken)
@@ -162,13 +161,8 @@ class _Batch:
         for i in range(0, len(self.bumped), 500):
             conn.execute(sa.update(Answer).where(Answer.id.in_(self.bumped[i:i + 500])).values(parser_version=version))
         if self.answers:
-            # add_answers' rows, with each hit's normalized name and raw JSON text made by the parse
-            # (in the parsing worker, when there is one).
-            table = Answer.__table__
-            ids = conn.execute(sa.insert(table).returning(table.c.id, sort_by_parameter_order=True),
-                               [a for a, _ in self.answers]).scalars().all()
-            write_hit_rows(conn, [(aid, *h, None, None, None) for aid, (_, hits) in zip(ids, self.answers)
-                                  for h in hits])
+            # Hits as the parse made them (in the parsing worker, when there is one).
+            insert_answers(conn, [a for a, _ in self.answers], [hits for _, hits in self.answers])
         # A failed lease freed by one exchange and answered by another of the batch goes either
         # way: freeing first and deleting after leaves what the per-exchange order left.
         for cid, epoch, shas in self.freed:
@@ -178,37 +172,6 @@ class _Batch:
         for cid, epoch, shas in self.answered:
             conn.execute(sa.delete(WorkLease).where(
                 WorkLease.config_id == cid, WorkLease.epoch == epoch, WorkLease.query_sha256.in_(shas)))
-
-
-def _parse(adapter, texts: list[str], status: int, headers, body: bytes | None) -> tuple[list | None, str | None, bool]:
-    """One exchange parsed: (answer lists, None, False), or (None, error, is the body an outage).
-
-    An answer list is (hits as (rank, name, normalized name, raw JSON text), items dropped,
-    first drop reason): plain values, cheap to send back from a worker process, and all the
-    per-hit work of writing is done where the parse runs.
-    """
-    try:
-        parsed = adapter.parse(texts, status, headers or {}, body or b"")
-        if len(parsed) != len(texts):
-            raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
-    except EngineOutage as exc:
-        return None, f"outage: {exc}", True
-    except (EngineParseError, EngineHTTPError) as exc:
-        return None, str(exc), False
-    except (RecursionError, MemoryError, ValueError, TypeError, LookupError, AttributeError) as exc:
-        # A body the parser chokes on (nested 200,000 deep, ...): a failed parse, not a crash.
-        return None, f"parser error: {type(exc).__name__}: {str(exc)[:200]}", False
-    try:
-        return [([(h.rank, h.name, normalize_name(h.name), encode_raw(h.raw)) for h in hits],
-                 int(getattr(hits, "dropped", 0) or 0), getattr(hits, "drop_reason", None)) for hits in parsed], None, False
-    except (RecursionError, MemoryError, ValueError, TypeError, LookupError, AttributeError) as exc:
-        return None, f"parser error: {type(exc).__name__}: {str(exc)[:200]}", False
-
-
-def _parse_all(adapter, items: list[tuple]) -> list[tuple[list | None, str | None, bool]]:
-    """:func:`_parse` of every (texts, status, headers, body) of a batch (in a worker process or here)."""
-    with paused_gc():
-        return [_parse(adapter, *item) for item in items]
 
 
 WORKER_MIN = 2000  # exchanges to re-parse before a parsing worker process is worth its start-up (~1 s)
@@ -242,22 +205,23 @@ class _Parser:
 
             self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
 
-    def submit(self, rows) -> Callable[[], list]:
-        items = [(list(r.query_texts), r.status_code, r.response_headers, r.response_body) for r in rows]
+    def submit(self, rows) -> Callable[[], list[Outcome]]:
+        """The outcomes (:func:`crawler.outcome.outcomes`) of the exchanges ``rows``, when called."""
+        items = [(r.query_texts, r.status_code, r.response_headers, r.response_body) for r in rows]
         if self.pool is None:
-            return lambda: _parse_all(self.adapter, items)
+            return lambda: outcomes(self.adapter, items)
         try:
-            future = self.pool.submit(_parse_all, self.adapter, items)
+            future = self.pool.submit(outcomes, self.adapter, items)
         except Exception:  # noqa: BLE001 - a broken pool: parse here
             self.close()
-            return lambda: _parse_all(self.adapter, items)
+            return lambda: outcomes(self.adapter, items)
 
-        def result() -> list:
+        def result() -> list[Outcome]:
             try:
                 return future.result()
             except Exception:  # noqa: BLE001 - the worker died or could not take the adapter: parse here
                 self.close()
-                return _parse_all(self.adapter, items)
+                return outcomes(self.adapter, items)
         return result
 
     def close(self) -> None:
@@ -266,18 +230,16 @@ class _Parser:
             self.pool = None
 
 
-def _reparse_exchange(adapter, res: ConfigReparse, ex, touched: set[int], b: _Batch,
-                      result: tuple[list | None, str | None, bool]) -> None:
-    """Decide what re-parsing ``ex`` changes (``result``: its :func:`_parse`); ``b`` collects the writes."""
+def _reparse_exchange(adapter, res: ConfigReparse, ex, touched: set[int], b: _Batch, result: Outcome) -> None:
+    """Decide what re-parsing ``ex`` changes (``result``: its outcome); ``b`` collects the writes."""
     version = adapter.parser_version
     prev_ok = b.prev_ok.get(ex.id)
     texts = list(ex.query_texts)
-    parsed, error, outage = result
+    parsed = result.lists
     res.exchanges += 1
     shas = b.shas[ex.id]
+    b.outcomes.append(result.row(ex.id, version))
     if parsed is None:
-        b.outcomes.append(dict(exchange_id=ex.id, parser_version=version, ok=False, error=error,
-                               dropped_items=0, drop_reason=None))
         if prev_ok:
             res.newly_failed += 1
         mine = {sha: a for sha in shas if (a := b.current.get((ex.epoch, sha))) is not None and a.exchange_id == ex.id}
@@ -287,15 +249,12 @@ def _reparse_exchange(adapter, res: ConfigReparse, ex, touched: set[int], b: _Ba
                 del b.current[(ex.epoch, sha)]
             res.unanswered += len(mine)
             touched.add(ex.epoch)
-        if outage:
+        if result.kind == OUTAGE:
             # A body once read as the engine refusing the text is now known to be an outage:
             # the text was never refused, so it is due again.
             b.freed.append((ex.config_id, ex.epoch, shas))
         return
     drops = [dropped for _, dropped, _ in parsed]
-    reason = next((why for _, _, why in parsed if why), None)
-    b.outcomes.append(dict(exchange_id=ex.id, parser_version=version, ok=True, error=None,
-                           dropped_items=sum(drops), drop_reason=reason))
     res.dropped += sum(drops)
     if not prev_ok:
         res.newly_parsed += 1
@@ -324,12 +283,8 @@ def _reparse_exchange(adapter, res: ConfigReparse, ex, touched: set[int], b: _Ba
             res.answered += 1
             answered.append(sha)
         # fetched_at: when the bytes were fetched, not when they were re-read (drift studies use it).
-        b.answers.append((dict(
-            config_id=ex.config_id, query_text=text, query_sha256=sha, epoch=ex.epoch, exchange_id=ex.id,
-            parser_version=version, fetched_at=fetched_at, n_returned=len(new),
-            latency_ms=cur.latency_ms if cur is not None else ex.elapsed_ms, meta=None, superseded=False,
-            dropped_items=dropped,
-        ), new))
+        b.answers.append((answer_row(ex.config_id, text, sha, ex.epoch, ex.id, version, fetched_at, len(new),
+                                     cur.latency_ms if cur is not None else ex.elapsed_ms, dropped), new))
         b.current[(ex.epoch, sha)] = _Cur(None, ex.id, dropped, fetched_at, None)  # written with the batch
         touched.add(ex.epoch)
     if answered:

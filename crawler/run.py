@@ -38,7 +38,6 @@ import uuid
 import httpx
 import sqlalchemy as sa
 
-from crawler.fetch import write_answers_in, write_parse_failure
 from crawler.lock import AlreadyCrawling, CrawlLock, sqlite_path
 from crawler.loop import (AUTO_CONCURRENCY_MAX, CLAIM_AHEAD, CLAIM_CHUNK, EngineLoop, host_pause,
                           texts_to_send, watch_pauses)
@@ -46,12 +45,12 @@ from crawler.options import (EXIT_ALREADY_CRAWLING, EXIT_ENGINE_BROKEN, EXIT_OK,
                              CrawlSummary, EngineResult)
 from crawler.pacing import DbLedger, SystemClock
 from crawler.progress import EtaEstimator, Reporter, RichReporter, eta, fmt_clock, fmt_duration, summary_lines
+from crawler.recovery import recover_unparsed
 from crawler.setup import CrawlEngine, build_fetchers, check_secrets_over_tls
 from crawler.setup import resolve_engines as _resolve_engines
 from crawler.writer import Writer
-from engines.base import EngineHTTPError, EngineOutage, EngineParseError
 from store.epochs import settle_epoch
-from store.models import Crawl, Exchange, ParseOutcome
+from store.models import Crawl
 from store.types import utcnow
 
 # What callers import from here (the command line, scoring's demo, tests, perf).
@@ -62,54 +61,6 @@ __all__ = [
     "fmt_duration", "host_pause", "recover_unparsed", "run_crawl", "run_crawl_async", "sqlite_path",
     "summary_lines",
 ]
-
-_Engine = CrawlEngine  # the name recover_unparsed's signature uses (kept as it was)
-
-
-def recover_unparsed(db, eng: _Engine, *, min_age: float) -> int:
-    """Answers from archived 2xx exchanges that a killed run never parsed (no network needed).
-
-    In batches of 500 exchanges, each parsed and written in one transaction with the
-    garbage collector paused (one transaction per exchange made recovering 10,000 bodies
-    take 15 s); a body outside ``min_age`` may be another worker's being parsed right now.
-    """
-    from store.benchmarks import query_sha256
-    from store.writes import paused_gc
-
-    cutoff = utcnow().timestamp() - min_age
-    unparsed = (Exchange.config_id == eng.config_id, Exchange.epoch == eng.epoch,
-                Exchange.status_code >= 200, Exchange.status_code < 300,
-                ~sa.exists().where(ParseOutcome.exchange_id == Exchange.id))
-    with db.session() as s:
-        ids = list(s.execute(sa.select(Exchange.id).where(*unparsed).order_by(Exchange.id)).scalars())
-    recovered = 0
-    for i in range(0, len(ids), 500):
-        with db.engine.begin() as conn, paused_gc():
-            rows = conn.execute(
-                sa.select(Exchange.id, Exchange.query_texts, Exchange.status_code, Exchange.response_headers,
-                          Exchange.response_body, Exchange.elapsed_ms, Exchange.finished_at)
-                .where(Exchange.id.in_(ids[i:i + 500]), *unparsed).order_by(Exchange.id)).all()
-            for ex_id, texts, status, headers, body, elapsed, finished in rows:
-                if finished is not None and finished.timestamp() > cutoff:
-                    continue  # possibly another worker's exchange being parsed right now
-                error = None
-                try:
-                    parsed = eng.adapter.parse(list(texts), status, headers or {}, body or b"")
-                    if len(parsed) != len(texts):
-                        raise EngineParseError(f"{len(parsed)} answer lists for {len(texts)} queries")
-                except (EngineParseError, EngineHTTPError, EngineOutage) as exc:
-                    # An outage body answers nothing: its texts stay due and the crawl sends them again.
-                    error = f"outage: {exc}" if isinstance(exc, EngineOutage) else str(exc)
-                except Exception as exc:  # noqa: BLE001 - a body that crashes the parser must not stop every later run
-                    error = f"{eng.adapter.engine}: the parser failed: {type(exc).__name__}: {exc}"[:500]
-                if error is None:
-                    items = [(query_sha256(t), t) for t in texts]
-                    recovered += len(write_answers_in(conn, eng.adapter.parser_version, eng.config_id, eng.epoch,
-                                                      ex_id, items, parsed, elapsed))
-                    continue
-                write_parse_failure(conn, ex_id, eng.adapter.parser_version, error)
-    return recovered
-
 
 
 def _recover(db, engines: list[CrawlEngine], opts: CrawlOptions, *, exclusive: bool) -> None:

@@ -123,42 +123,89 @@ class AnswerRow:
 def add_answers(session: Session, answers: Iterable[AnswerRow]) -> list[int]:
     """Add many ranked lists in the caller's transaction (caller commits); their ids in order.
 
-    The same rows as :func:`add_answer` once per answer, written with one multi-row
-    answer insert and one executemany of hit tuples instead of an ORM flush per answer:
-    local runs, reparse and import write hundreds of thousands of hits
-    (perf/write_hits.py). A conflicting current answer raises IntegrityError for the
-    whole call, as it would for :func:`add_answer` without a savepoint.
+    The same rows as :func:`add_answer` once per answer, written by :func:`insert_answers`
+    (one multi-row answer insert and one bulk write of hit tuples) instead of an ORM flush
+    per answer: local runs write hundreds of thousands of hits (perf/write_hits.py). A
+    conflicting current answer raises IntegrityError for the whole call, as it would for
+    :func:`add_answer` without a savepoint.
     """
     answers = list(answers)
     if not answers:
         return []
     session.flush()  # pending ORM rows first, so the order of inserts stays the caller's
-    conn = session.connection()
-    table = Answer.__table__
     now = utcnow()
-    ids = list(
-        conn.execute(
-            sa.insert(table).returning(table.c.id, sort_by_parameter_order=True),
-            [
-                {
-                    "config_id": a.config_id,
-                    "query_text": a.query_text,
-                    "query_sha256": a.query_sha256,
-                    "epoch": a.epoch,
-                    "exchange_id": a.exchange_id,
-                    "parser_version": a.parser_version,
-                    "fetched_at": now,
-                    "n_returned": len(a.hits),
-                    "latency_ms": a.latency_ms,
-                    "meta": a.meta,
-                    "superseded": False,
-                    "dropped_items": a.dropped_items,
-                }
-                for a in answers
-            ],
-        ).scalars()
-    )
-    insert_hits(conn, [(answer_id, a.hits) for answer_id, a in zip(ids, answers) if a.hits])
+    dumps = _JSON.encode  # what json.dumps(raw) calls, without its keyword handling per hit
+    normalized: dict[str, str | None] = {}  # the same names recur across answers
+    rows: list[dict[str, Any]] = []
+    hits: list[list[tuple]] = []
+    for a in answers:
+        rows.append(answer_row(a.config_id, a.query_text, a.query_sha256, a.epoch, a.exchange_id,
+                               a.parser_version, now, len(a.hits), a.latency_ms, a.dropped_items, meta=a.meta))
+        tuples = []
+        for h in a.hits:
+            name, raw = h.name, h.raw
+            norm = normalized.get(name, _MISSING)
+            if norm is _MISSING:
+                norm = normalized[name] = normalize_name(name)
+            tuples.append((h.rank, name, norm, None if raw is None else dumps(raw),
+                           h.resolved_corpus_id, h.declaration_id, h.resolution))
+        hits.append(tuples)
+    return insert_answers(session.connection(), rows, hits)  # type: ignore[return-value]
+
+
+def answer_row(config_id: int, query_text: str, query_sha256: str, epoch: int, exchange_id: int | None,
+               parser_version: int | None, fetched_at: Any, n_returned: int, latency_ms: float | None,
+               dropped_items: int, *, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An ``answers`` row as :func:`insert_answers` takes it (current, not superseded)."""
+    return {"config_id": config_id, "query_text": query_text, "query_sha256": query_sha256, "epoch": epoch,
+            "exchange_id": exchange_id, "parser_version": parser_version, "fetched_at": fetched_at,
+            "n_returned": n_returned, "latency_ms": latency_ms, "meta": meta, "superseded": False,
+            "dropped_items": dropped_items}
+
+
+_ANSWERS = Answer.__table__
+_INSERT_ANSWERS = sa.insert(_ANSWERS).returning(_ANSWERS.c.id, sort_by_parameter_order=True)
+_FIRST_ANSWERS: dict[str, Any] = {}  # dialect → INSERT .. ON CONFLICT DO NOTHING RETURNING (built once)
+
+
+def _first_answers(dialect: str):
+    stmt = _FIRST_ANSWERS.get(dialect)
+    if stmt is None:
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        stmt = _FIRST_ANSWERS[dialect] = insert(_ANSWERS).on_conflict_do_nothing().returning(
+            _ANSWERS.c.id, _ANSWERS.c.config_id, _ANSWERS.c.query_sha256, _ANSWERS.c.epoch)
+    return stmt
+
+
+def insert_answers(conn: sa.Connection, rows: list[dict[str, Any]], hits: list[list[tuple]], *,
+                   fetch_once: bool = False) -> list[int | None]:
+    """The one write of answers and their hits (crawled, imported, re-parsed and local rows),
+    in the caller's transaction: ``rows`` (:func:`answer_row`) with one multi-row insert,
+    then every hit of the answers written (``hits[i]``: the hits of ``rows[i]`` as tuples
+    in ``_HIT_COLUMNS`` order without ``answer_id``) with one :func:`write_hit_rows`.
+    Returns the answers' ids in order.
+
+    ``fetch_once``: an answer already current for its configuration × text × epoch (answered
+    meanwhile by another worker or path, or earlier in ``rows``) is not written, its id is
+    None and its hits are not written (the first answer stays, without a savepoint per
+    answer). Otherwise such a conflict raises IntegrityError for the whole call.
+    """
+    if not rows:
+        return []
+    if fetch_once:
+        got = {(c, sha, e): i for i, c, sha, e in conn.execute(_first_answers(conn.dialect.name), rows)}
+        ids: list[int | None] = []
+        for r in rows:
+            # Rows go in in order: of several with the same key, the first one was written.
+            ids.append(got.pop((r["config_id"], r["query_sha256"], r["epoch"]), None))
+    else:
+        ids = list(conn.execute(_INSERT_ANSWERS, rows).scalars())
+    # Driver-level tuples: SQLAlchemy's per-row parameter processing (a dict and a JSON bind
+    # per hit) cost more than the insert itself.
+    write_hit_rows(conn, [(aid, *h) for aid, hs in zip(ids, hits) if aid is not None for h in hs])
     return ids
 
 

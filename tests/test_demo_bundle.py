@@ -173,7 +173,7 @@ def test_a_failing_import_leaves_the_database_as_it_found_it(demo_db, tmp_path, 
         calls.append(1)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("crawler.reparse._parse_all", interrupted)  # import parses with reparse's parse
+    monkeypatch.setattr("crawler.reparse.outcomes", interrupted)  # import parses with reparse's parse
     db = open_database(any_db_url)
     try:
         with pytest.raises(KeyboardInterrupt):
