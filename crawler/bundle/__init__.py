@@ -27,7 +27,7 @@ with one line naming that record, and nothing is written. Exchanges are keyed by
 nothing. Every configuration's adapter is rebuilt (:func:`engines.registry.adapter_for_config`)
 when its first exchange is read: one that cannot be (an unknown parameter, an endpoint the
 adapter no longer speaks) aborts the import too. Every imported 2xx exchange is then parsed
-with the *current* parser into answers (:func:`crawler.fetch.write_answers_in`), exactly as
+with the *current* parser into answers (:func:`crawler.outcome.write_outcomes`), exactly as
 the crawler does, in the same transaction: an import that fails or is interrupted leaves
 the database as it found it.
 
