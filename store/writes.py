@@ -77,31 +77,16 @@ def add_answer(
     meta: dict[str, Any] | None = None,
     dropped_items: int = 0,
 ) -> Answer:
-    """Add one ranked list (caller commits). Ranks are kept exactly as given.
+    """Add one ranked list (caller commits) and return it. Ranks are kept exactly as given.
 
-    Hits go in as one executemany of plain tuples (:func:`insert_hits`): through the
-    unit of work, 200 hit objects per answer made writing a local run's 945 answers
-    take over 20 s on SQLite. Many answers at once: :func:`add_answers`.
+    Written by :func:`add_answers` (the one write of answers and hits); many answers at once
+    go there directly.
     """
-    hits = list(hits)
-    answer = Answer(
-        config_id=config_id,
-        query_text=query_text,
-        query_sha256=query_sha256,
-        epoch=epoch,
-        exchange_id=exchange_id,
-        parser_version=parser_version,
-        fetched_at=utcnow(),
-        n_returned=len(hits),
-        latency_ms=latency_ms,
-        meta=meta,
-        dropped_items=dropped_items,
-    )
-    session.add(answer)
-    session.flush()
-    if hits:
-        insert_hits(session.connection(), [(answer.id, hits)])
-    return answer
+    (answer_id,) = add_answers(session, [AnswerRow(
+        config_id=config_id, query_text=query_text, query_sha256=query_sha256, hits=list(hits), epoch=epoch,
+        exchange_id=exchange_id, parser_version=parser_version, latency_ms=latency_ms, meta=meta,
+        dropped_items=dropped_items)])
+    return session.get(Answer, answer_id)
 
 
 @dataclass
@@ -279,34 +264,3 @@ def write_hit_rows(conn: sa.Connection, rows: list[tuple]) -> None:
 def encode_raw(raw: Any) -> str | None:
     """A hit's ``raw`` as the JSON text SQLAlchemy's JSON type would write."""
     return None if raw is None else _JSON.encode(raw)
-
-
-def insert_hits(conn: sa.Connection, groups: Iterable[tuple[int, Iterable[HitRow]]], chunk: int = 20_000) -> int:
-    """Hits of several answers as driver-level executemany of tuples; the number written.
-
-    Straight to the DB-API: SQLAlchemy's per-row parameter processing (the JSON bind
-    for ``raw``, dict keys per row) cost more than SQLite's own insert.
-    """
-    dumps = _JSON.encode  # what json.dumps(raw) calls, without its keyword handling per hit
-    normalized: dict[str, str | None] = {}  # the same names recur across answers
-    rows: list[tuple] = []
-    n = 0
-    for answer_id, hits in groups:
-        for h in hits:
-            raw = h.raw
-            name = h.name
-            norm = normalized.get(name, _MISSING)
-            if norm is _MISSING:
-                norm = normalized[name] = normalize_name(name)
-            rows.append((
-                answer_id, h.rank, name, norm, None if raw is None else dumps(raw),
-                h.resolved_corpus_id, h.declaration_id, h.resolution,
-            ))
-        if len(rows) >= chunk:
-            write_hit_rows(conn, rows)
-            n += len(rows)
-            rows = []
-    if rows:
-        write_hit_rows(conn, rows)
-        n += len(rows)
-    return n
