@@ -35,6 +35,7 @@ from typing import Any, Iterable, Iterator
 
 import sqlalchemy as sa
 
+from store.corpus_source import sha256_file
 from store.errors import InputError
 
 FORMAT = "engines.leaderboard/1"
@@ -462,11 +463,7 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
                         warc_content_type="application/gzip" if p.name.endswith(".gz") else "application/jsonl",
                         warc_headers_dict={H_ROLE: "corpus", H_META: _hdr({**k, "file": p.name})})
                     writer.write_record(rec)
-        digest = hashlib.sha256()
-        with open(tmp, "rb") as fh:
-            while block := fh.read(1 << 20):
-                digest.update(block)
-        summary.sha256 = digest.hexdigest()
+        summary.sha256 = sha256_file(tmp)
         summary.bytes = tmp.stat().st_size
         tmp.replace(path)
     finally:
