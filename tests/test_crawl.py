@@ -72,11 +72,17 @@ class Quiet(Reporter):
 
 # The stand-ins share this small machine with the crawler (in-process tests even share one
 # GIL), so arrival jitter of tens of ms counts at full size against a 0.5 s window; at a
-# real 30 s window the default margin is 455 ms. A 150 ms margin keeps these time-compressed
-# tests as strict, relative to T, as the default is at real rates. The recorded send times
-# are checked against the exact bound as well (send_log), and the fake-clock tests in
-# test_pacing.py check the default schedule exactly.
-MARGIN_S = 0.15
+# real 30 s window the default margin is 455 ms. The stand-in times an arrival when its own
+# thread gets to read the request, so on a machine with both cores busy elsewhere two
+# arrivals can be timed further apart, or closer, than they were sent: with 150 ms, one
+# server-side violation showed up in about six full suites run next to two CPU burners
+# (test_outages' maintenance test: three threads, two stand-ins and the crawler, in one
+# process), while the crawler's own send log kept the exact bound. 250 ms leaves that
+# jitter room and keeps these time-compressed tests stricter, relative to T, than the
+# default is at real rates. The recorded send times are checked against the exact bound
+# as well (send_log), and the fake-clock tests in test_pacing.py check the default
+# schedule exactly.
+MARGIN_S = 0.25
 MARGIN = ("--margin", str(MARGIN_S))
 
 

@@ -28,7 +28,7 @@ from engines.base import Rate
 from engines.emulate import StandIn
 from store.db import open_database
 from store.models import Crawl, Exchange, SendLog
-from tests.test_crawl import N_MPR, _load_mpr, assert_server_window, crawl, rows, table_count  # noqa: F401 - rows is a fixture
+from tests.test_crawl import MARGIN_S, N_MPR, _load_mpr, assert_server_window, crawl, rows, table_count  # noqa: F401 - rows is a fixture
 
 _T = sa.table("t", sa.column("k", sa.Integer))
 
@@ -199,7 +199,7 @@ def test_after_a_killed_crawl_the_first_send_waits_a_window_and_a_clean_run_does
         summary, rep = crawl(sqlite_url, {"leanexplore": srv}, rate=rate, limit=5)
         assert summary.results[0].answered_now == 5
         first = _first_send(sqlite_url)
-        assert first >= t0 + rate.period + 0.15  # one window plus the margin (tests.test_crawl.MARGIN_S)
+        assert first >= t0 + rate.period + MARGIN_S  # one window plus the margin
         assert any("ended without finishing" in line for line in rep.lines), rep.lines
         db = open_database(sqlite_url)
         try:
