@@ -25,11 +25,13 @@ from engines.emulate import FaultConfig, StandIn
 from store.benchmarks import load_benchmark_file
 from store.corpus import load_corpus
 from store.db import open_database
-from tests.test_crawl import Quiet
+from tests.test_crawl import MARGIN_S, Quiet
 
 SECRET = "S3CRETPASS"
 SECRET_FORMS = (SECRET.encode(), base64.b64encode(f"user:{SECRET}".encode()))
-RATE = Rate(10, 0.5)
+# Paced like a real crawl, but faster than the pacing tests' rate: this fixture prepares
+# data (two epochs), it does not test pacing.
+RATE = Rate(30, 0.5)
 N_MPR = 69
 
 
@@ -83,7 +85,7 @@ def two_epochs(tmp_path_factory: pytest.TempPathFactory) -> TwoEpochs:
         ):
             with StandIn("leansearch", corpus, rate=RATE, faults=faults, seed=5, port=port).in_thread():
                 opts = CrawlOptions(engines=["leansearch"], bench="mathlibmpr", rates={"*": RATE},
-                                    urls={"leansearch": out.base_url}, policy=policy, margin=0.15,
+                                    urls={"leansearch": out.base_url}, policy=policy, margin=MARGIN_S,
                                     refresh=refresh, epoch_label=label)
                 rep = Quiet()
                 summary = run_crawl(db, opts, rep)
