@@ -83,6 +83,20 @@ def _item_name(item: Any, where: str) -> str:
     return join_name(record["name"], field="name", where=where)
 
 
+def _usual_name(item: Any) -> str | None:
+    """:func:`_item_name` of a well-formed item (a ``result`` object whose ``name`` is a list of
+    non-empty strings, or a non-empty string), checked without building its error context;
+    None for anything else (:func:`_item_name` then says what is wrong)."""
+    record = item.get("result") if type(item) is dict else None
+    value = record.get("name") if type(record) is dict else None
+    if type(value) is list and value and "" not in value:
+        try:
+            return ".".join(value)  # TypeError: a part is not a string
+        except TypeError:
+            return None
+    return value if type(value) is str and value else None
+
+
 class LeanSearchAdapter(RemoteAdapter):
     engine = "leansearch"
     endpoint_version = "post-search-v1"
@@ -141,9 +155,9 @@ class LeanSearchAdapter(RemoteAdapter):
                 raise EngineParseError(f"leansearch: answer {qi} is {type(entry).__name__}, expected a list of hits")
             hits = HitList()
             for i, item in enumerate(entry):
-                where = f"query {qi} hit {i + 1}"
                 try:
-                    hits.append(ParsedHit(rank=i + 1, name=_item_name(item, where), raw=item))
+                    name = _usual_name(item) or _item_name(item, f"query {qi} hit {i + 1}")
+                    hits.append(ParsedHit(rank=i + 1, name=name, raw=item))
                 except EngineParseError as exc:
                     hits.drop(str(exc).removeprefix("leansearch: "))
             out.append(finish_hits(self.engine, hits, len(entry), where=f"answer {qi}"))

@@ -15,6 +15,9 @@ _GUILLEMET = re.compile(r"«([^»]*)»")
 
 def normalize_name(name: Any) -> str | None:
     """Dotted, unquoted name, or None when nothing usable is there."""
+    if (type(name) is str and name and not name[0].isspace() and not name[-1].isspace() and "«" not in name
+            and not name.startswith("_root_.")):
+        return name  # the usual case, already normal (what the rules below leave unchanged)
     if isinstance(name, (list, tuple)):
         if not all(isinstance(p, str) for p in name):
             return None

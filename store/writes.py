@@ -261,6 +261,29 @@ def write_hit_rows(conn: sa.Connection, rows: list[tuple]) -> None:
     conn.exec_driver_sql(hits_insert_sql(conn), rows)
 
 
+def _raw_encoder():
+    """``json.dumps``' own C encoder, built once, without the cycle check (a hit's raw item was
+    decoded from JSON: it has no cycles; too deep still raises RecursionError): ``json.dumps``
+    builds this encoder anew for every call, which cost more than encoding a LeanSearch hit.
+    None when this Python has no C encoder or it does not give ``json.dumps``' text."""
+    try:
+        from json.encoder import c_make_encoder, encode_basestring_ascii
+
+        enc = c_make_encoder(None, _JSON.default, encode_basestring_ascii, None, _JSON.key_separator,
+                             _JSON.item_separator, False, False, True)
+        sample = {"a": [1, 2.5, -0.0, 1e300, True, None, "ℕ \u0000\"\\\ud83d"], "b": {"c": "x\ty\x7f"}}
+        return enc if "".join(enc(sample, 0)) == _JSON.encode(sample) else None
+    except Exception:  # noqa: BLE001 - another Python's internals: json.dumps' public path instead
+        return None
+
+
+_C_RAW = _raw_encoder()
+
+
 def encode_raw(raw: Any) -> str | None:
-    """A hit's ``raw`` as the JSON text SQLAlchemy's JSON type would write."""
-    return None if raw is None else _JSON.encode(raw)
+    """A hit's ``raw`` as the JSON text SQLAlchemy's JSON type would write (``json.dumps``)."""
+    if raw is None:
+        return None
+    if _C_RAW is not None:
+        return "".join(_C_RAW(raw, 0))
+    return _JSON.encode(raw)

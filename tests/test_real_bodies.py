@@ -516,7 +516,7 @@ def test_score_json_counts_dropped_items_per_system(backend, cache, request):
 # formatting do not count (the digest is over the code's tokens). A change to the shared
 # base (``decode_json_body``, ``finish_hits``, ``HitList``) changes every engine's digest.
 PARSER_FINGERPRINTS = {
-    "leansearch": (3, "1206e42cfdd6705b0b9cca793b79800a55d547972f629bfc1906266a72153f4d"),
+    "leansearch": (3, "171841d930858f2e5bfa4848840395c00771741e481a459191770f239f279160"),
     "leanexplore": (3, "a658f8c20435fcdb21d63e44dce23b54995c48ac6ae82c2a4a629cb7f8b67ac1"),
     "leanfinder": (3, "1f022527028a5ab0710136862584633058ef4ea67601717d638c1f08f184615d"),
     "loogle": (3, "044169e5c6bdc421716f8ccb15c61233e9e2e55bfd88d82bbac50d0b1ad41dd0"),
@@ -526,7 +526,7 @@ PARSER_FINGERPRINTS = {
 _SHARED = [base.decode_json_body, base.decode_json_object, base.finish_hits, base.HitList, base._snippet]
 PARSE_CODE = {
     "leansearch": [leansearch.LeanSearchAdapter.parse, leansearch.join_name, leansearch.is_legacy,
-                   leansearch._legacy_item_name, leansearch._item_name],
+                   leansearch._legacy_item_name, leansearch._item_name, leansearch._usual_name],
     "leanexplore": [leanexplore.LeanExploreAdapter.parse, leanexplore.result_name,
                     repr(sorted(leanexplore._ENVELOPE_KEYS))],
     "leanfinder": [leanfinder.LeanFinderAdapter.parse, leanfinder.detect_schema, leanfinder._DOCS_PATTERN.pattern],

@@ -26,7 +26,7 @@ from crawler.bundle import records
 from crawler.bundle.checks import _check_identity, _expected_host, _int_in, _our_fields, _restore_headers, _url_belongs
 from crawler.bundle.foreign import _foreign_identity, _known_hosts
 from crawler.bundle.pairing import Pairing
-from crawler.bundle.parse import parse_imported
+from crawler.bundle.parse import Feed, Row, parse_imported
 from crawler.bundle.records import _Rec
 from crawler.bundle.warc import _BATCH, H_CONFIG, BadBundle, ImportSummary, _parse_date, fingerprint
 from store.errors import InputError, UserError
@@ -49,14 +49,20 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
         s.add(crawl)
         s.flush()
         imp = _Import(db, s, str(path), summary, crawl.id, progress)
-        imp.read(fh, path.stat().st_size)
-        imp.add_epochs()
-        crawl.finished_at = utcnow()
-        crawl.summary = {"added": summary.added, "duplicates": summary.duplicates, "records": summary.records}
-        s.flush()
-        summary.seconds_archive = time.perf_counter() - t0
         # In the same transaction: a failure or Ctrl-C while parsing leaves nothing behind.
-        parse_imported(db, summary, into=s.connection(), adapters=imp.adapters)
+        imp.feed = Feed(s.connection(), summary, imp.adapters)
+        ok = False
+        try:
+            imp.read(fh, path.stat().st_size)
+            imp.add_epochs()
+            crawl.finished_at = utcnow()
+            crawl.summary = {"added": summary.added, "duplicates": summary.duplicates, "records": summary.records}
+            s.flush()
+            summary.seconds_archive = time.perf_counter() - t0
+            ok = True
+        finally:
+            imp.feed.close(write=ok)  # the last batches parsed as the records were read
+        parse_imported(db, summary, into=s.connection(), adapters=imp.adapters)  # any other unparsed exchange
     summary.seconds_parse = time.perf_counter() - t0 - summary.seconds_archive
     return summary
 
@@ -76,6 +82,7 @@ class _Import:
         self.epoch_of_foreign: dict[int, int] = {}
         self.rows: list[dict[str, Any]] = []
         self.held = 0  # body bytes in `rows`
+        self.feed: Feed | None = None  # parses the exchanges as they are inserted
 
     def read(self, fh, size: int) -> None:
         """Every record of the file: warcinfo lines kept, pairs written as exchanges."""
@@ -164,6 +171,8 @@ class _Import:
             by_cfg.setdefault(r["config_id"], []).append(r)
         new: list[dict[str, Any]] = []
         for cid, group in by_cfg.items():
+            if self.feed is not None:
+                self.feed.takes(cid)  # asked before this batch is stored
             fps = sorted({r["request_fingerprint"] for r in group})
             have = {
                 (fp, t.isoformat(), a)
@@ -180,8 +189,23 @@ class _Import:
                 have.add(key)
                 new.append(r)
         if new:
-            s.execute(sa.insert(Exchange), new)
+            # Ids by key, not by order: RETURNING in parameter order made SQLAlchemy insert row by row.
+            ids = {(c, fp, t, a): i for i, c, fp, t, a in s.execute(sa.insert(Exchange).returning(
+                Exchange.id, Exchange.config_id, Exchange.request_fingerprint, Exchange.sent_at, Exchange.attempt), new)}
             self.summary.added += len(new)
+            feed: dict[int, list[Row]] = {}
+            for r in new:
+                cid = r["config_id"]
+                if self.feed is None or cid not in self.feed.fed:
+                    continue
+                ex_id = ids.get((cid, r["request_fingerprint"], r["sent_at"], r["attempt"]))
+                if ex_id is None:  # not found by its key (a time the database stores otherwise): parsed afterwards
+                    self.feed.stop(cid)
+                    continue
+                feed.setdefault(cid, []).append(Row(ex_id, r["epoch"], r["query_texts"], r["status_code"],
+                                                    r["response_headers"], r["response_body"], r["elapsed_ms"]))
+            for cid, rows in feed.items():
+                self.feed.add(cid, rows)  # parsed while the next records are read
         self.rows.clear()
         self.held = 0
 

@@ -38,8 +38,10 @@ class ImportSummary:
     unpaired: int = 0
     foreign: int = 0
     configs: set[int] = field(default_factory=set)
-    seconds_archive: float = 0.0  # reading, verifying and inserting the exchanges (one transaction)
-    seconds_parse: float = 0.0  # parsing them into answers afterwards
+    # Reading, verifying and inserting the exchanges (one transaction), and parsing them into answers
+    # as they are inserted (crawler.bundle.parse.Feed: all but the last batch) ...
+    seconds_archive: float = 0.0
+    seconds_parse: float = 0.0  # ... then the last batch, any other unparsed exchange, and the commit
 
 
 def _warc_date(t: dt.datetime) -> str:
