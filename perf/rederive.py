@@ -13,7 +13,10 @@ baseline measured in the same run, on the same data:
 - **import** of a bundle of those exchanges into an empty SQLite database, parse
   included, against reading the same bundle with warcio alone (every record, payload
   read; target ≤ 3×); and its peak memory against an import of a tenth as many
-  exchanges (flat: ratio about 1).
+  exchanges (flat: ratio about 1). Beside it, the import's *floor*: the least any import
+  that keeps the archive's guarantees must do, written with no tool code (warcio reading
+  with every digest checked, ``json.loads`` of each body, the bodies and one row per hit
+  written with sqlite3 ``executemany`` in one WAL transaction), timed part by part.
 
     python perf/rederive.py --small          # 10,000 exchanges: a quick check (a minute or two)
     python perf/rederive.py                  # 100,000 exchanges (several minutes)
@@ -122,6 +125,63 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _import_floor(path: str) -> dict:
+    """The least any import keeping the archive's guarantees must do, with no tool code: read
+    the bundle with warcio checking every digest, ``json.loads`` each 2xx body, and write
+    the bodies and one row per hit (name and the hit's raw JSON, as ``hits`` stores them)
+    with sqlite3 ``executemany`` into a WAL database with the same unique key and name
+    index, in one transaction. Parts are timed as they run (read+digests, json, writes, commit)."""
+    import sqlite3
+
+    from warcio.archiveiterator import ArchiveIterator
+
+    dbfile = Path(path).with_suffix(".floor.db")
+    conn = sqlite3.connect(dbfile, isolation_level=None)
+    conn.executescript(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+        "CREATE TABLE exchanges (id INTEGER PRIMARY KEY, uri TEXT, status INTEGER, body BLOB);"
+        "CREATE TABLE hits (id INTEGER PRIMARY KEY, answer_id INTEGER, rank INTEGER, name TEXT, raw TEXT,"
+        " UNIQUE (answer_id, rank)); CREATE INDEX ix_hits_name ON hits (name);")
+    conn.execute("BEGIN")
+    t = {"read": 0.0, "json": 0.0, "write": 0.0}
+    n = hits = 0
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    with open(path, "rb") as fh:
+        it = iter(ArchiveIterator(fh, check_digests=True))
+        while True:
+            t0 = time.perf_counter()
+            record = next(it, None)
+            if record is None:
+                t["read"] += time.perf_counter() - t0
+                break
+            body = record.content_stream().read()
+            record.raw_stream.read()  # the rest of the block, so the digests see every byte
+            status = record.http_headers.get_statuscode() if record.http_headers else None
+            t1 = time.perf_counter()
+            t["read"] += t1 - t0
+            if record.rec_type != "response":
+                continue
+            n += 1
+            rows = []
+            if status == "200":
+                for r, item in enumerate(json.loads(body)[0], 1):
+                    rows.append((n, r, ".".join(item["result"]["name"]), dumps(item)))
+            t2 = time.perf_counter()
+            conn.execute("INSERT INTO exchanges (id, uri, status, body) VALUES (?, ?, ?, ?)",
+                         (n, record.rec_headers.get_header("WARC-Target-URI"), int(status or 0), body))
+            conn.executemany("INSERT INTO hits (answer_id, rank, name, raw) VALUES (?, ?, ?, ?)", rows)
+            hits += len(rows)
+            t3 = time.perf_counter()
+            t["json"] += t2 - t1
+            t["write"] += t3 - t2
+    t0 = time.perf_counter()
+    conn.execute("COMMIT")
+    conn.close()
+    t["commit"] = time.perf_counter() - t0
+    dbfile.unlink()
+    return {"exchanges": n, "hits": hits, **{f"{k}_s": v for k, v in t.items()}}
+
+
 def phase(name: str, url: str, path: str) -> dict:
     out: dict = {}
     t0 = time.perf_counter()
@@ -172,6 +232,8 @@ def phase(name: str, url: str, path: str) -> dict:
                 size += len(record.content_stream().read())
                 n += 1
         out = {"records": n, "payload_bytes": size}
+    elif name == "floor_import":
+        out = _import_floor(path)
     elif name == "import":
         from crawler.bundle import import_bundle
         from store.db import open_database
@@ -223,6 +285,7 @@ def run_import(n: int) -> None:
             made = child("make", src, str(k))
             sizes[k] = child("export", src, str(d / f"b{k}.warc.gz"))["bytes"]
         warc = child("warcio", "-", str(d / f"b{n}.warc.gz"))
+        floor = child("floor_import", "-", str(d / f"b{n}.warc.gz"))
         imps = {}
         for k in (small_n, n):
             dst = f"sqlite:///{d / f'dst{k}.db'}"
@@ -235,6 +298,11 @@ def run_import(n: int) -> None:
           f"bundle {sizes[n] / 1e6:.0f} MB), {imp['answers']:,} answers parsed")
     print(f"  warcio read (baseline)       {warc['seconds']:7.1f} s  ({warc['records']:,} records; "
           f"CPU {warc['cpu_s']:.1f} s)")
+    print(f"  floor: digests + json + sqlite3 writes {floor['seconds']:5.1f} s  = "
+          f"{floor['seconds'] / warc['seconds']:.1f}x baseline  (read with digests "
+          f"{floor['read_s'] / warc['seconds']:.1f}x, json.loads + hit rows {floor['json_s'] / warc['seconds']:.1f}x, "
+          f"writes {floor['write_s'] / warc['seconds']:.1f}x, commit {floor['commit_s'] / warc['seconds']:.1f}x; "
+          f"{floor['hits']:,} hit rows)")
     print(f"  import, parse included       {imp['seconds']:7.1f} s  = {imp['seconds'] / warc['seconds']:.1f}x baseline "
           f"(target 3x; CPU {imp['cpu_s']:.1f} s)")
     # The answers are parsed while the records are read (crawler.bundle.parse.Feed): the first line
