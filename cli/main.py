@@ -23,6 +23,7 @@ try:  # typer >= 0.2x vendors click as typer._click; older versions use click it
 except ImportError:  # pragma: no cover
     from click import exceptions as _cx
 
+from cli.interrupts import watch as watch_interrupts
 from store.errors import UserError
 
 # Each module defines register(app: typer.Typer). Order = order in --help.
@@ -217,6 +218,7 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
+    watch_interrupts()  # a Ctrl-C raised inside a finalizer is delivered again, not lost
     sys.exit(run())
 
 
