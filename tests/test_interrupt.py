@@ -17,12 +17,20 @@ from cli import main as cli
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def default_sigint() -> None:
+    """In the child, before exec: SIGINT back to its default. A suite started as a background
+    job of a non-interactive shell (``cmd &``) inherits SIGINT ignored, and Python then
+    installs no handler for it: the demo would never see the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_during_the_demo_says_so_and_exits_130(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINES_")}
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "demo", "--targets", "2", "--no-dense", "--out", str(tmp_path / "d")],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint,
     )
     try:
         seen = []

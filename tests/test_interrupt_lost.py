@@ -10,6 +10,7 @@ purpose: without the hook nothing stops the loop; with it, KeyboardInterrupt arr
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from cli import interrupts
+from tests.test_interrupt import default_sigint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,6 +48,9 @@ def _spin(seconds: float) -> None:
 
 
 def test_an_interrupt_lost_in_a_finalizer_arrives_again() -> None:
+    # Python's own SIGINT handler, as in any process started with SIGINT at its default (a
+    # suite run as a background job has it ignored, and then nothing is delivered at all).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupts.watch()
     try:
         t0 = time.monotonic()
@@ -55,6 +60,7 @@ def test_an_interrupt_lost_in_a_finalizer_arrives_again() -> None:
         assert time.monotonic() - t0 < 30.0
     finally:
         interrupts.unwatch()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_other_unraisable_exceptions_go_to_the_previous_hook() -> None:
@@ -102,6 +108,6 @@ _CHILD = textwrap.dedent("""
 def test_in_a_process_of_its_own(install: str, expected: tuple[int, str]) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", _CHILD.format(install=install)], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+                          env=env, cwd=ROOT, timeout=120, preexec_fn=default_sigint)
     assert (proc.returncode, proc.stdout.strip()) == expected, proc.stderr[-2000:]
     assert ("Exception ignored" in proc.stderr) == (not install)  # no traceback noise once handled
