@@ -121,6 +121,20 @@ def assert_server_window(srv: StandIn, rate: Rate) -> None:
     assert max_in_window(srv.stats.receive_times, rate.period) <= rate.n
 
 
+def assert_send_log_window(url: str, host: str, rate: Rate, margin: float = MARGIN_S) -> list[float]:
+    """The crawler's own record: any n + 1 consecutive sends to ``host`` span T + margin."""
+    db = open_database(url)
+    try:
+        with db.session() as s:
+            sends = list(s.execute(sa.select(SendLog.sent_at).where(SendLog.host == host)
+                                   .order_by(SendLog.sent_at)).scalars())
+    finally:
+        db.dispose()
+    spans = [y - x for x, y in zip(sends, sends[rate.n:])]
+    assert not spans or min(spans) >= rate.period + margin - 1e-6, min(spans)
+    return sends
+
+
 # --------------------------------------------------------------------- helpers
 
 
