@@ -291,15 +291,20 @@ def _reparse_exchange(adapter, res: ConfigReparse, ex, touched: set[int], b: _Ba
         b.answered.append((ex.config_id, ex.epoch, answered))
 
 
-def _pending_ids(db, config_id: int, version: int) -> list[tuple[int, int]]:
-    """(id, body length) of every exchange left to re-parse, in id order."""
+def _pending_ids(db, config_id: int, version: int, only: list[int] | None = None) -> list[tuple[int, int]]:
+    """(id, body length) of every exchange left to re-parse, in id order; with ``only``, those
+    exchanges whatever parsed them before."""
     done = sa.exists().where(ParseOutcome.exchange_id == Exchange.id, ParseOutcome.parser_version == version)
+    q = sa.select(Exchange.id, sa.func.length(Exchange.response_body)).where(
+        Exchange.config_id == config_id, Exchange.status_code >= 200, Exchange.status_code < 300,
+        Exchange.response_body.is_not(None))
     with db.session() as s:
-        return [tuple(r) for r in s.execute(
-            sa.select(Exchange.id, sa.func.length(Exchange.response_body)).where(
-                Exchange.config_id == config_id, Exchange.status_code >= 200, Exchange.status_code < 300,
-                Exchange.response_body.is_not(None), ~done)
-            .order_by(Exchange.id))]
+        if only is None:
+            return [tuple(r) for r in s.execute(q.where(~done).order_by(Exchange.id))]
+        found = []
+        for i in range(0, len(only), 500):
+            found += [tuple(r) for r in s.execute(q.where(Exchange.id.in_(only[i:i + 500])))]
+        return sorted(found)
 
 
 def _batches(pending: list[tuple[int, int]], batch: int, max_bytes: int) -> Iterator[list[int]]:
@@ -318,9 +323,13 @@ def _batches(pending: list[tuple[int, int]], batch: int, max_bytes: int) -> Iter
 
 def reparse(
     db, engines: list[str] | None = None, *, dry_run: bool = False, batch: int = BATCH,
-    on_batch: Callable[[ConfigReparse], None] | None = None,
+    on_batch: Callable[[ConfigReparse], None] | None = None, only: dict[int, list[int]] | None = None,
 ) -> ReparseSummary:
-    """Re-parse archived bodies of every remote configuration (or those of ``engines``)."""
+    """Re-parse archived bodies of every remote configuration (or those of ``engines``).
+
+    ``only`` (configuration id -> exchange ids) re-parses exactly those exchanges of those
+    configurations, even when the current parser version parsed them already (healing answers
+    whose hits were lost: :mod:`crawler.heal`)."""
     from engines.registry import ENGINES
 
     wanted = [e.lower() for e in engines or []]
@@ -331,8 +340,8 @@ def reparse(
     summary = ReparseSummary(dry_run=dry_run)
     with db.session() as s:
         q = sa.select(EngineConfig).where(EngineConfig.local.is_(False)).order_by(EngineConfig.id)
-        if wanted:
-            q = q.where(EngineConfig.engine.in_(wanted))
+        q = q.where(EngineConfig.engine.in_(wanted)) if wanted else q
+        q = q.where(EngineConfig.id.in_(sorted(only))) if only is not None else q
         configs = list(s.execute(q).scalars())
         s.expunge_all()
     if configs:
@@ -347,7 +356,8 @@ def reparse(
                 continue
             res = ConfigReparse(cfg.engine, cfg.label, cfg.id, adapter.parser_version)
             summary.results.append(res)
-            pending = _pending_ids(db, cfg.id, adapter.parser_version)
+            pending = _pending_ids(db, cfg.id, adapter.parser_version,
+                                   None if only is None else only[cfg.id])
             batches = list(_batches(pending, batch, BATCH_BYTES))
             parser = _Parser(adapter, worker=len(pending) >= WORKER_MIN and spare_core())
 

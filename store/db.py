@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -22,6 +22,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 from store.errors import DatabaseError
+from store.safe_upgrade import RowGuard, backup_sqlite, leftovers, migration_engine, repair_leftovers
 
 DEFAULT_URL = "sqlite:///cache.db"
 URL_ENV = "ENGINES_DATABASE_URL"
@@ -243,18 +244,37 @@ def _check_reachable(engine: Engine) -> None:
         ) from None
 
 
-def upgrade(engine: Engine) -> tuple[str | None, str]:
-    """Apply pending migrations; return (revision before, revision after).
+@dataclass
+class UpgradeResult:
+    """What :func:`upgrade` did: the revisions, the copy it kept, the leftovers it healed."""
+
+    before: str | None
+    after: str
+    backup: Path | None = None  # the copy of the SQLite file kept before migrating
+    backup_bytes: int = 0
+    repaired: list[str] = field(default_factory=list)  # leftovers of an earlier, failed upgrade
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after or bool(self.repaired)
+
+
+def upgrade(engine: Engine, *, backup: bool = True, target: str = "head") -> UpgradeResult:
+    """Apply pending migrations, all in one transaction (SQLite included: see
+    :mod:`store.safe_upgrade`), refusing any that loses an archived row or breaks a reference.
 
     Refuses a database whose revision this code does not know (written by a newer version).
+    Before migrating a SQLite file that holds data, a copy is kept beside it
+    (``cache.db.before-<revision>``) unless ``backup`` is false. Tables a failed upgrade left
+    behind (``_alembic_tmp_*``) are healed in the same transaction. ``target`` stops at an
+    earlier revision (the tests walk the migrations one at a time).
     """
-    from alembic import command
     from alembic.script import ScriptDirectory
     from alembic.util.exc import CommandError
 
     _check_reachable(engine)
     script = ScriptDirectory(str(MIGRATIONS_DIR))
-    head = script.get_current_head()
+    head = script.get_current_head() if target == "head" else target
     with _migration_lock(engine):
         before = current_revision(engine)
         if before is not None:
@@ -266,9 +286,38 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
                     f"newer than this version of engines knows (head {head!r}); "
                     "upgrade engines or point ENGINES_DATABASE_URL at another database"
                 ) from None
-        if before != head:
-            command.upgrade(_alembic_config(engine), "head")
-    return before, head
+        result = UpgradeResult(before, head)
+        with engine.connect() as conn:
+            stranded = bool(leftovers(conn))
+        if before == head and not stranded:
+            return result
+        if backup and before is not None and engine.dialect.name == "sqlite" and engine.url.database not in (
+                None, "", ":memory:"):
+            result.backup, result.backup_bytes = backup_sqlite(Path(engine.url.database).expanduser(), before)
+        _migrate(engine, result, target)
+    return result
+
+
+def _migrate(engine: Engine, result: UpgradeResult, target: str) -> None:
+    """Heal leftovers and run every pending migration in one transaction, guarded."""
+    from alembic import command
+
+    sqlite = engine.dialect.name == "sqlite"
+    migrator = migration_engine(engine.url) if sqlite else engine
+    where = redact_url(str(engine.url))
+
+    def before_migrations(conn: sa.Connection) -> RowGuard:
+        result.repaired = repair_leftovers(conn)
+        return RowGuard.take(conn)
+
+    cfg = _alembic_config(migrator)
+    cfg.attributes["before_migrations"] = before_migrations
+    cfg.attributes["after_migrations"] = lambda conn, guard: guard.check(conn, where)
+    try:
+        command.upgrade(cfg, target)
+    finally:
+        if sqlite:
+            migrator.dispose()
 
 
 @contextmanager
@@ -292,6 +341,7 @@ class Database:
 
     engine: Engine
     sessionmaker: sessionmaker[Session]
+    upgraded: UpgradeResult | None = None  # what opening it migrated, if anything
 
     @property
     def url(self) -> str:
@@ -325,14 +375,17 @@ class Database:
 
 
 def open_database(url: str | None = None, *, migrate: bool = True) -> Database:
-    """Open (and by default migrate) the cache database."""
+    """Open (and by default migrate) the cache database; ``Database.upgraded`` says what the
+    migration did (the copy kept, the leftovers healed), None when nothing was to do."""
     engine = create_db_engine(url)
+    upgraded = None
     try:
         if migrate:
-            upgrade(engine)
+            res = upgrade(engine)
+            upgraded = res if res.changed else None
         else:
             _check_reachable(engine)
     except BaseException:
         engine.dispose()  # no connection (nor SQLite -wal/-shm files) left open behind an error
         raise
-    return Database(engine=engine, sessionmaker=sessionmaker(engine, expire_on_commit=False))
+    return Database(engine=engine, sessionmaker=sessionmaker(engine, expire_on_commit=False), upgraded=upgraded)

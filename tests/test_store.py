@@ -20,8 +20,9 @@ def test_migrations_from_empty_and_models_agree(any_db_url: str) -> None:
     engine = dbmod.create_db_engine(any_db_url)
     try:
         assert dbmod.current_revision(engine) is None
-        before, after = dbmod.upgrade(engine)
-        assert before is None and after == dbmod.head_revision()
+        res = dbmod.upgrade(engine)
+        before, after = res.before, res.after
+        assert before is None and after == dbmod.head_revision() and res.backup is None
         assert dbmod.current_revision(engine) == after
         with engine.connect() as conn:
             diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
@@ -29,7 +30,8 @@ def test_migrations_from_empty_and_models_agree(any_db_url: str) -> None:
         assert diff == [], f"models and migrations disagree: {diff}"
         assert set(Base.metadata.tables) <= tables
         # Second upgrade is a no-op.
-        assert dbmod.upgrade(engine) == (after, after)
+        again = dbmod.upgrade(engine)
+        assert (again.before, again.after, again.changed) == (after, after, False)
     finally:
         engine.dispose()
 

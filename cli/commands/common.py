@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 import typer
 from rich.console import Console
 
-from store.db import URL_ENV, Database, database_url, open_database
+from store.db import URL_ENV, Database, UpgradeResult, database_url, open_database
 from store.errors import DatabaseError
 
 err_console = Console(stderr=True, highlight=False)
@@ -76,7 +76,36 @@ def get_db(ctx: typer.Context, *, migrate: bool = True) -> Database:
         db = open_database(db_url(ctx), migrate=migrate)
         root.obj[key] = db
         root.call_on_close(db.dispose)
+        if db.upgraded is not None:
+            _say_upgraded(db)
     return root.obj[key]
+
+
+def upgrade_lines(res: UpgradeResult) -> list[str]:
+    """What an upgrade kept and healed, one line each (the revisions are the caller's line)."""
+    lines = [f"healed an earlier, failed upgrade: {r}" for r in res.repaired]
+    if res.backup is not None:
+        lines.append(f"kept a copy of the database as it was ({res.before}) before upgrading it to {res.after}: "
+                     f"{res.backup} ({res.backup_bytes / 1e6:,.1f} MB; `engines db upgrade --no-backup` "
+                     "upgrades without one)")
+    return lines
+
+
+def _say_upgraded(db: Database) -> None:
+    """An automatic upgrade says what it kept, and whether answers lost their hits before."""
+    from crawler.heal import count_lost_hits
+
+    res = db.upgraded
+    if res.before is None:
+        return  # a new database: nothing was kept or healed
+    for line in upgrade_lines(res):
+        info(line)
+    if res.before != res.after:
+        info(f"database {db.url} upgraded {res.before} -> {res.after}")
+    lost = count_lost_hits(db)
+    if lost:
+        info(f"note: {lost} answers hold no hits (an earlier upgrade lost them); "
+             "`engines db upgrade` re-derives them from the archived bodies")
 
 
 def info(message: str) -> None:

@@ -10,7 +10,8 @@ import sqlalchemy as sa
 import typer
 from rich.table import Table
 
-from cli.commands.common import db_url, get_db, info, missing_sqlite_file, out_console, progress_counter
+from cli.commands.common import (db_url, get_db, info, missing_sqlite_file, out_console, progress_counter,
+                                 upgrade_lines)
 from store import db as dbmod
 from store.benchmarks import load_benchmark_file, load_shipped
 from store.corpus import load_corpus
@@ -23,17 +24,29 @@ bench_app = typer.Typer(help="Load and list benchmarks and subsets.", no_args_is
 
 
 @db_app.command("upgrade")
-def db_upgrade(ctx: typer.Context) -> None:
-    """Apply pending migrations (also done automatically on first use)."""
+def db_upgrade(
+    ctx: typer.Context,
+    no_backup: bool = typer.Option(False, "--no-backup", help="Do not keep a copy of a SQLite file before migrating it."),
+) -> None:
+    """Apply pending migrations (also done automatically on first use), keeping a copy of a
+    SQLite file first; heal what an earlier, failed upgrade left (leftover tables, lost hits)."""
+    from crawler.heal import heal_lost_hits
+
     engine = dbmod.create_db_engine(db_url(ctx))
     try:
-        before, after = dbmod.upgrade(engine)
+        res = dbmod.upgrade(engine, backup=not no_backup)
     finally:
         engine.dispose()
-    if before == after:
-        info(f"database {dbmod.redact_url(str(engine.url))} already at revision {after}")
+    url = dbmod.redact_url(str(engine.url))
+    for line in upgrade_lines(res):
+        info(line)
+    if res.before == res.after:
+        info(f"database {url} already at revision {res.after}")
     else:
-        info(f"database {dbmod.redact_url(str(engine.url))} upgraded {before or '(empty)'} -> {after}")
+        info(f"database {url} upgraded {res.before or '(empty)'} -> {res.after}")
+    healed = heal_lost_hits(get_db(ctx))
+    for line in healed.lines():
+        info(line)
 
 
 @db_app.command("current")
