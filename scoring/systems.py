@@ -15,20 +15,15 @@ from typing import Any, Sequence
 
 import sqlalchemy as sa
 
+from engines.registry import ENGINES
 from scoring.resolve import _chunks
 from scoring.scope import Scope, _names_of
 from store.errors import InputError
 from store.models import Answer, EngineConfig
 
-# How people write an engine's name (the README, papers): matched like engine names.
-DISPLAY_NAMES = {
-    "leansearch": "LeanSearch",
-    "leanexplore": "LeanExplore",
-    "leanfinder": "Lean Finder",
-    "loogle": "Loogle",
-    "leanstatesearch": "LeanStateSearch",
-    "bm25": "BM25",
-}
+# How people write an engine's name (the README, papers): matched like engine names. Each
+# remote engine declares its own (engines.registry); local rows are named here.
+DISPLAY_NAMES = {**{name: cls.display_name for name, cls in ENGINES.items()}, "bm25": "BM25"}
 
 
 def _squash(text: str) -> str:

@@ -13,7 +13,7 @@ import json
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator, Mapping
 from urllib.parse import parse_qs, quote
 
 from engines.emulate.scorer import LexicalIndex, Row
@@ -66,7 +66,13 @@ def _finish(items: list[dict[str, Any]], mods: Mods, name_key: str, drift_key: s
 
 
 class EngineAPI:
-    engine = ""
+    """One engine's API as a stand-in serves it; subclasses answer :meth:`handle`.
+
+    ``base_path``: what the adapter's base URL adds to the server's root (LeanExplore's
+    ``/api/v2``). A new engine's stand-in subclasses this and is declared on its adapter
+    (``stand_in = "module:Class"``)."""
+
+    base_path = ""
     name_key = "name"
     drift_key = "full_name"
     error_key = "detail"
@@ -107,7 +113,6 @@ class EngineAPI:
 class LeanSearchAPI(EngineAPI):
     """``POST /search`` (§2). Validation errors are FastAPI's 422; the cap is 50 hits."""
 
-    engine = "leansearch"
     cap = 50
 
     def rate_limited(self, retry_after: float) -> Reply:
@@ -169,10 +174,10 @@ class LeanExploreAPI(EngineAPI):
     the ``/api/v2`` prefix is answered too, for convenience.
     """
 
-    engine = "leanexplore"
     error_key = "msg"
     drift_key = "lean_name"
     prefix = "/api/v2"
+    base_path = prefix
 
     def rate_limited(self, retry_after: float) -> Reply:
         return self.error(429, "Rate limit exceeded", headers={"Retry-After": str(max(1, math.ceil(retry_after)))})
@@ -232,7 +237,6 @@ class LeanFinderAPI(EngineAPI):
     Errors are ``{"error": ...}``; the real status is undocumented, 400 is used here.
     """
 
-    engine = "leanfinder"
     error_key = "error"
     name_key = "formal_name"
     drift_key = "formalName"
@@ -294,7 +298,6 @@ class LoogleAPI(EngineAPI):
     Loogle is a pattern search).
     """
 
-    engine = "loogle"
     error_key = "error"
     drift_key = "decl_name"
     cap = 200
@@ -360,7 +363,6 @@ class LeanStateSearchAPI(EngineAPI):
     stand-in answers excess traffic with 429 + ``error``. Items carry no score.
     """
 
-    engine = "leanstatesearch"
     error_key = "error"
     query_param = "query"
     revisions = ("v4.17.0-rc1", "v4.22.0")
@@ -393,10 +395,25 @@ class LeanStateSearchAPI(EngineAPI):
         return jreply(200, _finish(items, mods, self.name_key, self.drift_key), served=True)
 
 
-APIS: dict[str, type[EngineAPI]] = {
-    "leansearch": LeanSearchAPI,
-    "leanexplore": LeanExploreAPI,
-    "leanfinder": LeanFinderAPI,
-    "loogle": LoogleAPI,
-    "leanstatesearch": LeanStateSearchAPI,
-}
+class _StandIns(Mapping):
+    """Engine name → its stand-in API class, read from each adapter's ``stand_in``
+    declaration in :data:`engines.registry.ENGINES` (a live view: a later-registered engine
+    is in it too)."""
+
+    def __getitem__(self, engine: str) -> type[EngineAPI]:
+        from engines.registry import ENGINES, stand_in_api
+
+        if engine not in ENGINES or not ENGINES[engine].stand_in:
+            raise KeyError(engine)
+        return stand_in_api(engine)
+
+    def __iter__(self) -> Iterator[str]:
+        from engines.registry import ENGINES
+
+        return iter([name for name, cls in ENGINES.items() if cls.stand_in])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
+APIS: Mapping[str, type[EngineAPI]] = _StandIns()
