@@ -55,7 +55,9 @@ def parse_query_string(raw: str) -> dict[str, list[str]]:
     return parse_qs(raw, keep_blank_values=True)
 
 
-def _finish(items: list[dict[str, Any]], mods: Mods, name_key: str, drift_key: str) -> list[dict[str, Any]]:
+def finish_items(items: list[dict[str, Any]], mods: Mods, name_key: str, drift_key: str) -> list[dict[str, Any]]:
+    """The hit items of one answer with the content faults of ``mods`` applied: a duplicated
+    hit, the name field renamed from ``name_key`` to ``drift_key`` (schema drift)."""
     if mods.duplicate is not None and items:
         rng = mods.duplicate
         src = rng.randrange(len(items))
@@ -162,7 +164,7 @@ class LeanSearchAPI(EngineAPI):
             if mods.drift:
                 for it in items:
                     it["result"] = {("full_name" if k == "name" else k): v for k, v in it["result"].items()}
-            out.append(_finish(items, Mods(duplicate=mods.duplicate), "name", "full_name"))
+            out.append(finish_items(items, Mods(duplicate=mods.duplicate), "name", "full_name"))
         return jreply(200, out, served=True)
 
 
@@ -224,7 +226,7 @@ class LeanExploreAPI(EngineAPI):
         ranked = self.index.search(q, None if packages else limit)
         if packages:
             ranked = [(r, s) for r, s in ranked if r.module_parts and r.module_parts[0].lower() in packages][:limit]
-        items = _finish([self.item(r) for r, _ in ranked], mods, self.name_key, self.drift_key)
+        items = finish_items([self.item(r) for r, _ in ranked], mods, self.name_key, self.drift_key)
         body = {"query": q, "results": items, "count": len(items), "processing_time_ms": 1}
         return jreply(200, body, served=True)
 
@@ -276,7 +278,7 @@ class LeanFinderAPI(EngineAPI):
                 "formal_statement": f"{r.get('kind') or 'theorem'} {r.name} {(r.get('signature') or '').strip()}",
                 "informal_statement": r.get("informal_description") or "",
             } for r, _ in ranked]
-            items = _finish(items, mods, "url", "link")
+            items = finish_items(items, mods, "url", "link")
         else:
             items = [{
                 "formal_name": r.name,
@@ -286,7 +288,7 @@ class LeanFinderAPI(EngineAPI):
                 "informal_description": r.get("informal_description") or "",
                 "path": "/".join(r.module_parts),
             } for r, _ in ranked]
-            items = _finish(items, mods, self.name_key, self.drift_key)
+            items = finish_items(items, mods, self.name_key, self.drift_key)
         return jreply(200, {"results": items}, served=True)
 
 
@@ -347,7 +349,7 @@ class LoogleAPI(EngineAPI):
                  "module": r.module or None, "doc": r.get("docstring")} for r, _ in ranked[: self.cap]]
         if "lucky" in req.query and hits:
             return Reply(302, b"", headers={"Location": f"https://leanprover-community.github.io/mathlib4_docs/find/?pattern={quote(hits[0]['name'])}#doc"})
-        hits = _finish(hits, mods, self.name_key, self.drift_key)
+        hits = finish_items(hits, mods, self.name_key, self.drift_key)
         shown = f" Of these, {len(hits)} are shown." if len(ranked) > len(hits) else ""
         body = {"header": f"Found {len(ranked)} declarations mentioning {q.strip()}.{shown}",
                 "heartbeats": 1, "count": len(ranked), "hits": hits}
@@ -392,7 +394,7 @@ class LeanStateSearchAPI(EngineAPI):
         ranked = self.index.search(params["query"].replace("⊢", " "), n)
         items = [{"name": r.name, "formal_type": r.get("type") or (r.get("signature") or "").strip(),
                   "module": r.module, "rev": params["rev"]} for r, _ in ranked]
-        return jreply(200, _finish(items, mods, self.name_key, self.drift_key), served=True)
+        return jreply(200, finish_items(items, mods, self.name_key, self.drift_key), served=True)
 
 
 class _StandIns(Mapping):
