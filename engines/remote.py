@@ -217,16 +217,22 @@ class RemoteAdapter:
         unusable is a parse error (:func:`finish_hits`). ``name`` replaces :meth:`item_name`."""
         label = label or self.item_label
         name_of = name or self.item_name
+        raw_of = None if type(self).item_raw is RemoteAdapter.item_raw else self.item_raw
+        # The default item_name, inlined for the usual item (a dict with a non-empty string
+        # name): the archive re-parses millions of items. Anything else takes item_name.
+        field = self.name_field if name is None and type(self).item_name is RemoteAdapter.item_name else None
         hits = HitList()
         benign = 0
         for i, item in enumerate(items):
-            try:
-                found = name_of(item)
-            except EngineParseError as exc:
-                benign += isinstance(exc, ForeignItem)
-                hits.drop(f"{label} {i + 1}: {exc}")
-                continue
-            hits.append(ParsedHit(rank=i + 1, name=found, raw=self.item_raw(item)))
+            found = item.get(field) if field is not None and type(item) is dict else None
+            if type(found) is not str or not found:
+                try:
+                    found = name_of(item)
+                except EngineParseError as exc:
+                    benign += isinstance(exc, ForeignItem)
+                    hits.drop(f"{label} {i + 1}: {exc}")
+                    continue
+            hits.append(ParsedHit(i + 1, found, item if raw_of is None else raw_of(item)))
         return finish_hits(self.engine, hits, len(items), where=where, benign=benign)
 
     def __repr__(self) -> str:

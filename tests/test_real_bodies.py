@@ -519,11 +519,11 @@ def test_score_json_counts_dropped_items_per_system(backend, cache, request):
 # changes every engine's digest. (Moved to the RemoteAdapter template without a version bump:
 # every archived, recorded and hostile body parsed the same before and after.)
 PARSER_FINGERPRINTS = {
-    "leansearch": (3, "f0abf146156b44fa3dd1303a5b063d86253858946ba39f8c8f34f78aaa3ac576"),
-    "leanexplore": (3, "21b8c5bda7e9ea9b8df9c9d724241a157b90a101ca4f3bb93a8d7204c0fac27d"),
-    "leanfinder": (3, "50625d7f43503fd90c9947c262204b3ec01f04c687bbc57906ffaead15edbc02"),
-    "loogle": (3, "9c802a4c861ccaacf4a95a290375f37d69a8581015dbda69c1de665e51c5e9ec"),
-    "leanstatesearch": (2, "21db389b4e9a7f5ed8d53297a899d8ccd2b1b6f7606171e7772fe6e57daebe36"),
+    "leansearch": (3, "d96774756c2c02a20480c4f4f9a2e64ac2a5bc883e6c3bbdb216b9f88ff4a8d8"),
+    "leanexplore": (3, "0853df76909f544120846a467c148c5db52965661667013f7e6ce97751888a53"),
+    "leanfinder": (3, "3e9155ca02ecdaaedc1e5844bef8fe73d2ff762f41595608afb352f4083b2cd1"),
+    "loogle": (3, "b30efd4a816c5847616447b7a26093eca9b54da685a576c9c781cc8e7c0182e0"),
+    "leanstatesearch": (2, "e995e8163d87d42a6d5bd7c5da7a1fa73feed09f426321f57eb0c091428d948f"),
 }
 
 _SHARED = [jsonbody.decode_json_body, jsonbody.decode_json_object, jsonbody.snippet, protocol.finish_hits,
