@@ -126,13 +126,17 @@ def run_import_cmd(
              f"nothing to do{extra}")
     else:
         info(f"imported run {res.label} ({p.format}{via}{by}): config {res.config_id}, sha256 {p.sha256[:12]}; "
-             f"{res.queries} of {res.queries_total} queries answered ({res.answers} of {res.texts_total} query texts), "
-             f"{res.hits} hits, {res.queries_total - res.queries} queries unanswered ({res.unanswered} texts)")
+             f"{res.queries} of {res.queries_total} queries answered ({res.answers} of {res.texts_total} distinct "
+             f"query texts), {res.hits} hits; {_n(res.queries_total - res.queries, 'query', 'queries')} unanswered")
         for corpus, absent, total in res.not_in_corpus:
             info(f"  corpus {corpus} does not hold {absent} of the {total} distinct returned names")
     info(_depth_line(res))
     for note in res.notes:
         info(f"note: {note}")
+
+
+def _n(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _depth_line(res) -> str:  # noqa: ANN001

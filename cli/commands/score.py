@@ -100,7 +100,8 @@ def _published_table(doc: dict, src: dict) -> Table:
     for m in cols + extra:
         table.add_column(m, justify="right")
     for r in src["rows"]:
-        table.add_row(escape(r["system"]) + " [dim](published)[/dim]",
+        badge = "".join(f" [bold]{escape(b)}[/bold]" for b in r.get("badges") or [])
+        table.add_row(escape(r["system"]) + " [dim](published)[/dim]" + badge,
                       *["" if r["metrics"].get(m) is None else f"{r['metrics'][m]:.3f}" for m in cols + extra])
     return table
 
@@ -114,6 +115,23 @@ def _comparison_table(doc: dict) -> Table:
         table.add_row(escape(c["a"]), escape(c["b"]), c["metric"], str(c.get("n", "")), f"{c['diff']:+.3f}",
                       f"[{lo:+.3f}, {hi:+.3f}]", f"{c['p']:.3f}")
     return table
+
+
+def _scope_notes(scope: dict, doc: dict) -> None:
+    """The scoring conventions a reader must know to compare these figures."""
+    if scope.get("uncovered") == "zero":
+        info(f"--uncovered zero: {len(scope['uncovered_qids'])} queries whose gold is not in "
+             f"{doc['corpus']['name']} stay in n, scored 0 (the methodology drops them: --uncovered drop)")
+    if scope.get("answered_by"):
+        info(f"--answered-by {scope['answered_by']['system']}: only the {scope['answered_by']['texts']} query "
+             "texts it answered are scored")
+
+
+def _order_notes(doc: dict) -> None:
+    """Why a row sits after the ranked ones: its sort metric is undefined."""
+    for s in doc["systems"]:
+        if s.get("order_note"):
+            info(f"note: {view.label(s)} is {s['order_note']}")
 
 
 def register(app: typer.Typer) -> None:
@@ -190,17 +208,10 @@ def register(app: typer.Typer) -> None:
             f"{len(scope['dropped_qids'])} dropped (gold not in {doc['corpus']['name']}), "
             f"{scope['unresolved_units']} gold units unresolved; profile {doc['profile']}"
         )
-        if scope.get("uncovered") == "zero":
-            info(f"--uncovered zero: {len(scope['uncovered_qids'])} queries whose gold is not in "
-                 f"{doc['corpus']['name']} stay in n, scored 0 (the methodology drops them: --uncovered drop)")
-        if scope.get("answered_by"):
-            info(f"--answered-by {scope['answered_by']['system']}: only the {scope['answered_by']['texts']} query "
-                 "texts it answered are scored")
+        _scope_notes(scope, doc)
         if doc["systems"]:
             console.print(_main_table(doc))
-            for s in doc["systems"]:
-                if s.get("order_note"):
-                    info(f"note: {view.label(s)} is {s['order_note']}")
+            _order_notes(doc)
             if doc.get("overlapping_units"):
                 info(f"note: {doc['overlapping_units']} scored queries have premise groups sharing a name; there P@k, "
                      "nDCG and AP credit each returned row to one group (maximum matching), R@k and Covered count every group")
