@@ -79,6 +79,9 @@ class Block:
         return f"L{self.line}:{first[:40]}"
 
 
+SHELL_OPS = re.compile(r"\s(\||>|<|>>)\s")  # an `engines` line that pipes or redirects runs in the shell
+
+
 def parse_blocks(text: str) -> list[Block]:
     """Fenced (```) and indented (4 spaces after a blank line, outside lists) code blocks."""
     lines = text.splitlines()
@@ -309,7 +312,7 @@ def run_command(w: World, command: str, background: list[subprocess.Popen]) -> N
     # run in the scratch directory, so they get the checkout's absolute path.
     argv = [str(ROOT / a) if not a.startswith(("-", "/")) and "/" in a and "://" not in a
             and (ROOT / a).exists() and not (w.cwd / a).exists() else a for a in argv]
-    if argv and argv[0] == "engines":
+    if argv and argv[0] == "engines" and not SHELL_OPS.search(text):
         args = argv[1:]
         if "--db" in args:
             # A relative SQLite file (sqlite:///x.db) is already in the scratch directory;
@@ -330,6 +333,8 @@ def run_command(w: World, command: str, background: list[subprocess.Popen]) -> N
         assert code in ok, f"README command failed (exit {code}): {command}\n{err[-3000:]}\n{out[-1500:]}"
         return
     env = {**os.environ, **w.env, **env_prefix, "PYTHONPATH": str(ROOT)}
+    if argv and argv[0] == "engines":  # a pipe or a redirection: the shell, through this checkout
+        text = f"{shlex.quote(sys.executable)} -m cli.main {text.split(None, 1)[1]}"
     proc = subprocess.run(text, shell=True, cwd=w.cwd, env=env, capture_output=True, text=True, timeout=120)
     w.outputs[command] = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"README command failed (exit {proc.returncode}): {command}\n{proc.stderr[-3000:]}"
