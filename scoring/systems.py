@@ -126,7 +126,7 @@ def select(
 
 
 def depth(engine: str, params: dict[str, Any], result_cap: int | None, local: bool = False) -> int | None:
-    """How deep a configuration's lists go (METHODOLOGY.md "Result caps"): what it asked for
+    """How deep a configuration's lists go (METHODOLOGY.md "Aggregation", result caps): what it asked for
     (a crawled configuration's ``num_results``), capped by what the service returns at most
     (``result_cap``); an imported or local row's stored cap. None: complete to k_max."""
     asked = params.get("num_results") if engine != "run" and not local else None
