@@ -31,7 +31,7 @@ from scoring.bootstrap import Bootstrap, RESAMPLES, SEED, CI
 from scoring.compare import paired_comparisons, parse_pairs
 from scoring.matching import recompute
 from scoring.metrics import K_MAX
-from scoring.positions import ensure_positions, read_positions
+from scoring.positions import derive_positions, ensure_positions, read_positions
 from scoring.profiles import COMPARE_METRICS, PROFILES, Profile, Ranks, RunContext, SystemContext, get_profile
 from scoring.resolve import NOT_IN_CORPUS, RESOLVED, resolution_counts, resolve_hits
 from scoring.scope import Scope, build_scope, read_name_list
@@ -320,7 +320,8 @@ def _system_context(
     boot: Bootstrap, resamples: int, seed: int,
 ) -> SystemContext:
     """One row's positions resolved and stored (one transaction), then read back with its
-    resolution counts, latencies and the matching's recomputed positions."""
+    resolution counts, latencies and the matching's recomputed positions. On a read-only
+    database they are derived in memory, every hit resolved in the query: nothing is written."""
     # A row crawled on a sample only is scored on its own sample: its own n and intervals.
     mine, mine_boot, mine_dropped = scope.scored, boot, scope.dropped
     sample = sel.sample_of[ref.id]
@@ -329,24 +330,32 @@ def _system_context(
         mine = [(q, u) for q, u in scope.scored if q.sha in members]
         mine_dropped = sum(1 for q, _ in scope.in_scope if q.sha in members) - len(mine)
         mine_boot = Bootstrap.draw(len(mine), resamples=resamples, seed=seed)
-    try:
-        with db.session() as s, s.begin():
-            changed = resolve_hits(s, corp.id, ref.config_id, ref.epoch, scope.shas)
-            ensure_positions(
-                s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
-                queries=[q for q, _ in scope.in_scope], present=scope.present, k_max=run.k_max, force=changed > 0,
-            )
-    except IntegrityError:
-        # A concurrent scorer stored this system's positions first (unique key); they are
-        # derived from the same hits, so read theirs.
-        pass
+    live = corp.id if getattr(db, "read_only", False) else None  # read-only: derived in memory, nothing stored
+    if live is None:
+        try:
+            with db.session() as s, s.begin():
+                changed = resolve_hits(s, corp.id, ref.config_id, ref.epoch, scope.shas)
+                ensure_positions(
+                    s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
+                    queries=[q for q, _ in scope.in_scope], present=scope.present, k_max=run.k_max, force=changed > 0,
+                )
+        except IntegrityError:
+            # A concurrent scorer stored this system's positions first (unique key); they are
+            # derived from the same hits, so read theirs.
+            pass
+    mine_shas = sorted({q.sha for q, _ in mine})
     with db.session() as s:
-        stored = read_positions(s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
-                                query_ids=[q.id for q, _ in mine])
-        res_counts = resolution_counts(s, corp.id, ref.config_id, ref.epoch, sorted({q.sha for q, _ in mine}), run.k_max)
-        latencies = _latencies(s, ref, sorted({q.sha for q, _ in mine}))
-        res_counts = {**res_counts, "dropped_items": _dropped_items(s, ref, sorted({q.sha for q, _ in mine}))}
-        extra = recompute(s, config_id=ref.config_id, epoch=ref.epoch, affected=scope.affected, k_max=run.k_max)
+        if live is None:
+            stored = read_positions(s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
+                                    query_ids=[q.id for q, _ in mine])
+        else:
+            stored = derive_positions(s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
+                                      queries=[q for q, _ in mine], present=scope.present, k_max=run.k_max)
+        res_counts = resolution_counts(s, corp.id, ref.config_id, ref.epoch, mine_shas, run.k_max, live=live is not None)
+        latencies = _latencies(s, ref, mine_shas)
+        res_counts = {**res_counts, "dropped_items": _dropped_items(s, ref, mine_shas)}
+        extra = recompute(s, config_id=ref.config_id, epoch=ref.epoch, affected=scope.affected, k_max=run.k_max,
+                          live_corpus_id=live)
     return SystemContext(run=run, ref=ref, scored=mine, stored=stored, boot=mine_boot, dropped=mine_dropped,
                          res_counts=res_counts, latencies=latencies, snapshot=sel.snap_names.get(ref.id),
                          recomputed=extra or {}, sample=sample)
