@@ -26,7 +26,8 @@ Classification:
 - other 3xx/4xx, and errors the engine reports inside a 2xx body, are permanent for
   that query: recorded, not retried;
 - a circuit breaker counts consecutive failed attempts of the engine (429s excluded:
-  they are the server pacing us); at K it raises :class:`EngineBroken`.
+  they are the server pacing us); at K it raises :class:`EngineBroken`;
+- MCP engines: :mod:`crawler.mcp_session` opens the worker's session first (preambles paced, archived).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import httpx
 import sqlalchemy as sa
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
+from crawler.mcp_session import McpSession
 from crawler.outcome import FAILED, OUTAGE, REFUSED, Outcome, Parsed, failure, write_outcomes
 from crawler.outcome import outcome as parse_outcome
 from crawler.pacing import Pacer
@@ -152,6 +154,7 @@ class Fetcher:
         self.exchanges = 0
         self.outages = 0  # outage answers seen by this fetcher
         self.max_body = max_body
+        self.mcp = McpSession(self) if hasattr(adapter, "build_call") else None  # MCP: the worker's session
 
     # ------------------------------------------------------------------ public
 
@@ -220,6 +223,8 @@ class Fetcher:
         items = await self._keep_due(items, outcome)
         if not items:
             return  # nothing left to send, so no slot is taken
+        if self.mcp is not None:
+            await self.mcp.ready(attempt)  # raises McpFailure (EngineBroken) when it cannot open
         # The slot is taken last, after the lease check (database work) and building the
         # request: until the departure corrects the send log, other workers count this send
         # from the grant, so every millisecond between the two eats into the safety margin.
@@ -234,14 +239,20 @@ class Fetcher:
                 return
         texts = [t for _, t in items]
         exchange, headers, truncated, elapsed = await self._send(texts, attempt, granted)
+        if self.mcp is not None and self.mcp.expired(exchange["status_code"], exchange["response_body"]):
+            await self._store(exchange)
+            raise Retryable(f"{self.adapter.engine}: MCP session expired (HTTP {exchange['status_code']}); re-opening")
         if await self._refused(exchange, headers, truncated, attempt, outcome):
             return
         await self._answer(exchange, headers, items, attempt, outcome, elapsed)
 
-    async def _send(self, texts: list[str], attempt: int, granted: float) -> tuple[dict[str, Any], dict, bool, float]:
-        """Send the request and read the response: (the exchange row, the headers as received,
-        body truncated, elapsed ms). A transport error or timeout is archived and raises :class:`Retryable`."""
-        request = self.adapter.build_request(texts)
+    async def _send(self, texts: list[str], attempt: int, granted: float,
+                    request: httpx.Request | None = None) -> tuple[dict[str, Any], dict, bool, float]:
+        """Send the request (default: the adapter's for ``texts``) and read the response: (the
+        exchange row, the headers as received, body truncated, elapsed ms). A transport error
+        or timeout is archived and raises :class:`Retryable`."""
+        if request is None:
+            request = self.mcp.build(texts) if self.mcp is not None else self.adapter.build_request(texts)
         body_out = request.content if request.content else None
         left: list[float] = []
         correcting: list[asyncio.Task] = []
@@ -326,6 +337,8 @@ class Fetcher:
         now = time.time()
         ra = parse_retry_after(headers.get("retry-after"), now) if (
             status in (408, 429) or 500 <= status < 600) else None
+        if ra is None and hasattr(self.adapter, "pause_seconds"):  # a limit reported in the body (Octo)
+            ra = self.adapter.pause_seconds(status, headers, body, now)
         if ra is not None:
             # The server says when to come back: pause every request to this host, in every
             # worker and the next run too (host_state), however long it is (§6.3 item 7).
@@ -389,12 +402,13 @@ class Fetcher:
         if self.pacer.outage_may_be_recorded():
             def after(conn: sa.Connection) -> None:
                 self.pacer.ledger.clear_outage_in(conn, self.pacer.host)
+        if self.mcp is not None:
+            self.mcp.answered()
         try:
             outcome.answered = await self._store(exchange, answers=(items, parsed, elapsed), after=after)
         except _Unstorable as exc:
             outcome.failed = str(exc)
             self.on_event(f"{self.adapter.engine}: {exc} (not retried)")
-            return
 
     async def _outage(self, reason: str) -> None:
         """Pause the host with growing backoff and go round again (raises :class:`_Outage`)."""
@@ -414,9 +428,8 @@ class Fetcher:
                   transport_error: str | None = None) -> dict[str, Any]:
         """The exchange row as archived (secrets redacted)."""
         url = redact_url(str(request.url))
-        fp = hashlib.sha256(
-            b"\0".join([request.method.encode(), url.encode(), body_out or b""])
-        ).hexdigest()
+        fp = (self.mcp.fingerprint(request.method, url, body_out) if self.mcp is not None  # MCP: never id, _meta
+              else hashlib.sha256(b"\0".join([request.method.encode(), url.encode(), body_out or b""])).hexdigest())
         return dict(
             crawl_id=self.crawl_id,
             config_id=self.config_id,
