@@ -144,10 +144,9 @@ class Fetcher:
         self.sleep = sleep or pacer.clock.sleep
         self.on_event = on_event or (lambda _m: None)
         self.rng = random.Random(seed)
-        # Called (in a thread) after every pacer grant with the batch's shas; returns the
-        # shas still to send. The crawl run passes WorkQueue.keep_due: it renews the leases
-        # (a fetch with retries and Retry-After waits can outlive the lease TTL) and drops
-        # texts another worker answered or claimed meanwhile, so nothing is sent twice.
+        # Called (in a thread) after every pacer grant with the batch's shas; returns the shas still
+        # to send. The crawl run passes WorkQueue.keep_due: it renews the leases (retries and waits
+        # can outlive the lease TTL) and drops texts answered or claimed elsewhere meanwhile.
         self.before_send = before_send
         self.consecutive_failures = 0
         self.attempts = 0

@@ -14,11 +14,14 @@ import importlib
 from typing import Any
 
 from engines.leanexplore import LeanExploreAdapter
+from engines.leanexplore_mcp import LeanExploreMcpAdapter
 from engines.leanfinder import LeanFinderAdapter
 from engines.leansearch import LeanSearchAdapter
 from engines.leanstatesearch import LeanStateSearchAdapter
 from engines.loogle import LoogleAdapter
+from engines.octo import OctoAdapter
 from engines.remote import RemoteAdapter
+from engines.theoremsearch import TheoremSearchAdapter
 from store.errors import InputError
 
 ENGINES: dict[str, type[RemoteAdapter]] = {}
@@ -34,7 +37,7 @@ def register(cls: type[RemoteAdapter]) -> type[RemoteAdapter]:
     """
     name = cls.engine
     problems = []
-    if not name or name != name.lower() or not name.isidentifier():
+    if not name or name != name.lower() or not name.replace("-", "_").isidentifier():
         problems.append(f"engine name {name!r} must be a lower-case identifier")
     if not cls.display_name:
         problems.append("no display_name")
@@ -59,6 +62,9 @@ register(LeanExploreAdapter)
 register(LeanFinderAdapter)
 register(LoogleAdapter)
 register(LeanStateSearchAdapter)
+register(TheoremSearchAdapter)
+register(OctoAdapter)
+register(LeanExploreMcpAdapter)
 
 
 def engine_list(last: str = ", ") -> str:

@@ -77,7 +77,7 @@ class RemoteAdapter:
     def __init__(self, base_url: str | None = None, **params: Any) -> None:
         from store.errors import InputError
 
-        env = f"ENGINES_{self.engine.upper()}_URL"
+        env = f"ENGINES_{self.engine.upper().replace('-', '_')}_URL"
         url = base_url or os.environ.get(env) or self.DEFAULT_URL
         self.base_url = check_base_url(self.engine, url, f"--url or {env}")
         self.batch_size = int(params.pop("batch_size", self.defaults.batch_size))

@@ -134,12 +134,13 @@ class StandIn:
         host: str = "127.0.0.1",
         port: int = 0,
         canned: Canned | None = None,
+        variant: str | None = None,
     ) -> None:
         api = stand_in_api(engine)  # one line (InputError) for an engine without a stand-in
         self.engine = engine
         self.rows: list[Row] = load_rows(corpus)
         self.index = LexicalIndex(self.rows)
-        self.api = api(self.index)
+        self.api = api(self.index, variant=variant) if variant else api(self.index)  # variant: MCP wire variant
         self.rate = rate
         self.faults = faults or FaultConfig()
         self.seed = seed
@@ -165,6 +166,8 @@ class StandIn:
         return self.root_url + self.api.base_path
 
     async def start(self) -> "StandIn":
+        if hasattr(self.api, "astart"):  # an ASGI-backed stand-in (the MCP SDK's app)
+            await self.api.astart()
         self._server = await asyncio.start_server(self._connection, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -179,6 +182,8 @@ class StandIn:
             await asyncio.gather(*self._conns, return_exceptions=True)
         await self._server.wait_closed()
         self._server = None
+        if hasattr(self.api, "astop"):
+            await self.api.astop()
 
     async def __aenter__(self) -> "StandIn":
         return await self.start()
@@ -304,7 +309,16 @@ class StandIn:
                 f"Content-Length: {len(reply.body)}", "Server: engines-stand-in",
                 f"Connection: {'keep-alive' if keep_alive else 'close'}"]
         head += [f"{k}: {v}" for k, v in reply.headers.items() if k != "Connection"]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + reply.body)
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        body = reply.body
+        if getattr(self.api, "split_sse", False) and "event-stream" in reply.content_type and len(body) > 8:
+            # SSE framing split across reads: the event's lines arrive in three writes.
+            for cut in (body[:5], body[5:len(body) // 2]):
+                writer.write(cut)
+                await writer.drain()
+                await asyncio.sleep(0.02)
+            body = body[len(body) // 2:]
+        writer.write(body)
         await writer.drain()
 
     # ---------------------------------------------------------------- behaviour
@@ -374,7 +388,8 @@ class StandIn:
         else:
             mods = Mods(drift=u["schema_drift"] < f.schema_drift,
                         duplicate=dup_rng if u["duplicates"] < f.duplicates else None)
-            reply = self._replay(req) or self.api.handle(req, mods)
+            reply = self._replay(req) or (await self.api.ahandle(req, mods) if hasattr(self.api, "ahandle")
+                                          else self.api.handle(req, mods))
             if reply.served and mods.drift:
                 fault = "schema_drift"
             elif reply.served and mods.duplicate is not None:
