@@ -224,8 +224,10 @@ def test_leanfinder_old_schema_skips_non_docs_urls_but_keeps_ranks():
 # --- requests --------------------------------------------------------------------------
 
 def test_registry_lists_engines_and_rejects_unknown():
-    assert set(ENGINES) == {"leansearch", "leanexplore", "leanfinder", "loogle", "leanstatesearch"}
-    with pytest.raises(InputError, match="leansearch, leanexplore, leanfinder, loogle, leanstatesearch"):
+    assert set(ENGINES) == {"leansearch", "leanexplore", "leanfinder", "loogle", "leanstatesearch",
+                            "theoremsearch", "octo", "leanexplore-mcp"}
+    with pytest.raises(InputError, match="leansearch, leanexplore, leanfinder, loogle, leanstatesearch, "
+                                         "theoremsearch, octo, leanexplore-mcp"):
         get_adapter("moogle")
     for name in ENGINES:
         a = get_adapter(name)

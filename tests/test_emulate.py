@@ -49,7 +49,9 @@ EXPECTED = {
     "the real sine": ["Real.sin", "orderOf_dvd_card"],  # "the" is in orderOf_dvd_card's docstring too
 }
 # Every registered engine has a stand-in: the parametrisation derives from the registry.
-ENGINES = [name for name, cls in REGISTRY.items() if cls.stand_in]
+# Request-level round trips of a bare request: the MCP engines need a session first, and
+# are proven through the crawler (and the SDK's own client) in tests/test_mcp.py.
+ENGINES = [name for name, cls in REGISTRY.items() if cls.stand_in and not hasattr(cls, "build_call")]
 
 
 def adapter_for(engine, srv, **params):

@@ -27,7 +27,8 @@ import sqlalchemy as sa
 
 from crawler.fetch import RetryPolicy
 from crawler.run import CrawlOptions, run_crawl
-from engines import jsonbody, leanexplore, leanfinder, leansearch, leanstatesearch, loogle, protocol
+from engines import jsonbody, leanexplore, leanfinder, leansearch, leanstatesearch, loogle, mcpwire, octo, protocol, sse
+from engines import theoremsearch
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, HitList, Rate, config_hash
 from engines.emulate import StandIn
 from engines.remote import RemoteAdapter
@@ -336,7 +337,7 @@ def test_leanstatesearch_request_goal_rev_and_identity():
 def test_courtesy_defaults_are_the_most_conservative_known_clients():
     assert {n: str(c.defaults.rate) for n, c in ENGINES.items()} == {
         "leansearch": "3/30s", "leanexplore": "24/60s", "leanfinder": "10/30s", "loogle": "3/30s",
-        "leanstatesearch": "6/30s"}
+        "leanstatesearch": "6/30s", "theoremsearch": "1/2s", "octo": "1/3s", "leanexplore-mcp": "30/60s"}
 
 
 def test_leanstatesearch_stand_in_answers_and_refuses_like_route_ts():
@@ -524,6 +525,9 @@ PARSER_FINGERPRINTS = {
     "leanfinder": (3, "3e9155ca02ecdaaedc1e5844bef8fe73d2ff762f41595608afb352f4083b2cd1"),
     "loogle": (3, "b30efd4a816c5847616447b7a26093eca9b54da685a576c9c781cc8e7c0182e0"),
     "leanstatesearch": (2, "e995e8163d87d42a6d5bd7c5da7a1fa73feed09f426321f57eb0c091428d948f"),
+    "theoremsearch": (1, "e4f8d7eea5a7dcad640aeaf59d7519abef8acf12d747b39456277de4cc17a512"),
+    "octo": (1, "fa2f84c315df4e12d3ad8a7f810c1625f93c9af91d647c396743118776295ee2"),
+    "leanexplore-mcp": (1, "5203e1f20a7dd916e6ff56c870840ade2d4488fd44360262841868a61de3fc32"),
 }
 
 _SHARED = [jsonbody.decode_json_body, jsonbody.decode_json_object, jsonbody.snippet, protocol.finish_hits,
@@ -537,6 +541,10 @@ PARSE_CODE = {
     "leanfinder": [leanfinder.detect_schema, leanfinder.DOCS_PATTERN.pattern],
     "loogle": [loogle.is_backend_crash, loogle._CRASH.pattern],
     "leanstatesearch": [leanstatesearch.error_message],
+    # The MCP engines share the JSON-RPC / SSE reading (engines.mcpwire, engines.sse).
+    "theoremsearch": [mcpwire.rpc_message, sse.events, mcpwire.McpAdapter.rpc_error, theoremsearch.TheoremSearchAdapter.hit_list],
+    "octo": [mcpwire.rpc_message, sse.events, mcpwire.McpAdapter.rpc_error, octo.OctoAdapter.tool_error],
+    "leanexplore-mcp": [mcpwire.rpc_message, sse.events, mcpwire.McpAdapter.rpc_error],
 }
 
 
