@@ -46,7 +46,11 @@ class McpSession:
         :class:`McpFailure`)."""
         async with self.lock:
             if self.state.era is None:
-                await self._open(attempt)
+                try:
+                    await self._open(attempt)
+                except BaseException:
+                    self.state = McpState(tools=self.state.tools)  # half-open: start again next time
+                    raise
             if self.state.tools is None and self.adapter.reads_tools:
                 msg = await self._post("tools/list", None, attempt)
                 result = msg.get("result") if msg else None
@@ -94,14 +98,13 @@ class McpSession:
             if era == STATELESS:
                 raise McpFailure(f"{self.adapter.engine}: the server does not speak the {STATELESS} era "
                                  "(server/discover refused); crawl with era auto or handshake")
-        self.state.era = HANDSHAKE
         params = {"protocolVersion": OFFER, "capabilities": {}, "clientInfo": dict(CLIENT_INFO)}
         msg = await self._post("initialize", params, attempt, keep_session=True)
         result = msg.get("result") if msg else None
         if not isinstance(result, dict) or not isinstance(result.get("protocolVersion"), str):
             self.state = McpState(tools=self.state.tools)
             raise McpFailure(f"{self.adapter.engine}: initialize was refused: {str(msg)[:200]}")
-        self.state.version = result["protocolVersion"]
+        self.state.era, self.state.version = HANDSHAKE, result["protocolVersion"]
         await self._post("notifications/initialized", None, attempt, probe=True)
 
     async def _post(self, method: str, params: dict[str, Any] | None, attempt: int, *, probe: bool = False,

@@ -1,0 +1,185 @@
+"""The MCP engines (issue 33): theoremsearch, octo, leanexplore-mcp, crawled like the rest.
+
+Real parts only: the stand-ins run on loopback — TheoremSearch's hand-rolled JSON-RPC server,
+the official ``mcp`` SDK's server in its three wire variants for the others — and the
+crawler speaks MCP over its own transport (every POST paced and archived). Each engine:
+crawl on SQLite and PostgreSQL, hits stored equal what was served rank by rank, re-crawl
+sends nothing, reparse sends and changes nothing, export → import → score equal,
+publish → verify exit 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from benchmarks import SLICE_CORPUS
+from cli.main import run as cli
+from crawler.bundle import export_bundle, import_bundle
+from crawler.fetch import RetryPolicy
+from crawler.run import CrawlOptions, run_crawl
+from engines.base import Rate
+from engines.emulate import FaultConfig, StandIn
+from engines.registry import get_adapter
+from scoring.results import score
+from store.db import open_database
+from store.models import Answer, EngineConfig, Exchange, Hit
+from tests.epoch_support import load_mpr_and_slice
+from tests.test_crawl import Quiet, _load_mpr
+
+RATE = Rate(200, 1.0)
+POLICY = RetryPolicy(max_attempts=8, backoff_initial=0.01, backoff_max=0.05, outage_initial=0.05, outage_max=0.2)
+CASES = [("theoremsearch", None), ("leanexplore-mcp", "stateful-sse"), ("leanexplore-mcp", "stateless-json"),
+         ("leanexplore-mcp", "2026-07-28"), ("octo", "2026-07-28"), ("octo", "stateful-sse")]
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    with open(SLICE_CORPUS, encoding="utf-8") as fh:
+        return [json.loads(line) for line in itertools.islice(fh, 400)]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENGINES_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def crawl(url: str, engine: str, srv: StandIn, *, rate: Rate = RATE, **kw):
+    db = open_database(url)
+    rep = Quiet()
+    try:
+        opts = CrawlOptions(engines=[engine], bench="mathlibmpr", rates={"*": rate}, urls={engine: srv.url},
+                            policy=kw.pop("policy", POLICY), margin=kw.pop("margin", 0.05), **kw)
+        return run_crawl(db, opts, rep), rep
+    finally:
+        db.dispose()
+
+
+def stored(url: str, engine: str) -> dict[str, list[str]]:
+    db = open_database(url)
+    try:
+        with db.session() as s:
+            q = (sa.select(Answer.query_text, Hit.rank, Hit.name).join(Hit, Hit.answer_id == Answer.id)
+                 .join(EngineConfig, EngineConfig.id == Answer.config_id).where(EngineConfig.engine == engine)
+                 .order_by(Answer.query_text, Hit.rank))
+            out: dict[str, list[str]] = {}
+            for text, rank, name in s.execute(q):
+                out.setdefault(text, []).append(name)
+            return out
+    finally:
+        db.dispose()
+
+
+def exchanges(url: str) -> list[Exchange]:
+    db = open_database(url)
+    try:
+        with db.session() as s:
+            return list(s.execute(sa.select(Exchange).order_by(Exchange.id)).scalars())
+    finally:
+        db.dispose()
+
+
+def served(srv: StandIn, engine: str, text: str) -> list[str]:
+    """What the stand-in ranks for ``text`` (the adapter's num_results), first rank of a repeated name."""
+    k = get_adapter(engine).num_results
+    names = [row.name for row, _ in srv.index.search(text, k)]
+    return list(dict.fromkeys(names))
+
+
+@pytest.mark.parametrize("engine,variant", CASES)
+def test_crawl_each_variant_hits_equal_served_recrawl_and_reparse_send_nothing(sqlite_url, rows, engine, variant):
+    _load_mpr(sqlite_url)
+    with StandIn(engine, rows, variant=variant) as srv:
+        summary, rep = crawl(sqlite_url, engine, srv)
+        assert summary.exit_code == 0, rep.lines
+        got = stored(sqlite_url, engine)
+        texts = {e.query_texts[0] for e in exchanges(sqlite_url) if e.query_texts}
+        assert len(texts) == 69
+        for text in texts:
+            assert got.get(text, []) == served(srv, engine, text), text
+        n = srv.stats.requests
+        preambles = [e for e in exchanges(sqlite_url) if not e.query_texts]
+        methods = [json.loads(e.request_body)["method"] for e in preambles]
+        era = "2026-07-28" if variant == "2026-07-28" else "handshake"
+        if era == "handshake":
+            assert methods == ["server/discover", "initialize", "notifications/initialized", "tools/list"]
+        else:
+            assert methods == ["server/discover", "tools/list"]
+        assert n == 69 + len(methods)  # every POST archived; one per answered query after the preamble
+        assert [e.status_code for e in preambles][0] in ((400, 200) if engine != "theoremsearch" else (200,))
+        for e in exchanges(sqlite_url):  # the session id is a credential: never archived
+            sid = {k.lower(): v for k, v in (e.response_headers or {}).items()}.get("mcp-session-id")
+            assert sid in (None, "[redacted]")
+            assert "mcp-session-id" not in {k.lower() for k in e.request_headers} or \
+                {k.lower(): v for k, v in e.request_headers.items()}["mcp-session-id"] == "[redacted]"
+        again, rep = crawl(sqlite_url, engine, srv)
+        assert again.exit_code == 0 and srv.stats.requests == n  # re-crawl sends nothing
+    before = stored(sqlite_url, engine)
+    assert cli(["--db", sqlite_url, "reparse", engine]) == 0  # no stand-in running: nothing can be sent
+    assert stored(sqlite_url, engine) == before
+
+
+@pytest.mark.parametrize("engine,variant", [("theoremsearch", None), ("leanexplore-mcp", "stateful-sse"),
+                                            ("octo", "2026-07-28")])
+def test_export_import_score_equal_publish_verify_on_any_db(any_db_url, rows, tmp_path, capsys, engine, variant):
+    load_mpr_and_slice(any_db_url)
+    with StandIn(engine, rows, variant=variant, faults=FaultConfig(error_5xx=0.1, malformed_json=0.1), seed=4) as srv:
+        summary, rep = crawl(any_db_url, engine, srv)
+    assert summary.exit_code == 0, rep.lines
+    assert srv.stats.faults["error_5xx"] + srv.stats.faults["malformed_json"] > 0
+    src = open_database(any_db_url)
+    dst_url = f"sqlite:///{tmp_path / 'dst.db'}"
+    load_mpr_and_slice(dst_url)
+    dst = open_database(dst_url)
+    try:
+        bundle = tmp_path / "b.warc.gz"
+        export_bundle(src, bundle)
+        imported = import_bundle(dst, bundle)
+        assert imported.added == len(exchanges(any_db_url))
+        a, b = score(src, "mathlibmpr").to_json(), score(dst, "mathlibmpr").to_json()
+        for doc in (a, b):
+            doc.pop("generated_at", None)
+            for s in doc["systems"]:
+                s.pop("latency_p95_ms", None)
+        assert a == b
+    finally:
+        src.dispose()
+        dst.dispose()
+    assert stored(dst_url, engine) == stored(any_db_url, engine)
+    out = tmp_path / "pub.warc.gz"
+    assert cli(["--db", any_db_url, "publish", "--bench", "mathlibmpr", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert cli(["verify", str(out)]) == 0, capsys.readouterr()
+
+
+def test_a_bare_tools_call_outside_a_session_is_what_read_request_inverts():
+    for engine in ("theoremsearch", "octo", "leanexplore-mcp"):
+        a = get_adapter(engine, num_results=7)
+        r = a.build_request(["add comm"])
+        assert r.headers["accept"] == "application/json, text/event-stream"
+        asked = a.read_request(r.method, str(r.url), r.content)
+        assert asked is not None and asked.texts == ["add comm"]
+        assert get_adapter(engine, **asked.params).identity() == a.identity()
+    ts = get_adapter("theoremsearch")
+    body = json.loads(ts.build_request(["x"]).content)
+    assert body["params"]["arguments"] == {"query": "x", "n_results": 20, "formality": "formal"}
+    assert ts.identity()["formality"] == "formal"
+    assert get_adapter("octo").base_url.endswith("/mcp/")  # the trailing slash kept
+
+
+def test_fingerprint_is_url_tool_arguments_era_never_id_meta_or_session():
+    from engines.mcpwire import STATELESS, McpState
+
+    a = get_adapter("leanexplore-mcp")
+    one = a.build_call(["q"], McpState(era="handshake", version="2025-11-25", session_id="s1", next_id=5))
+    two = a.build_call(["q"], McpState(era="handshake", version="2025-11-25", session_id="s2", next_id=99))
+    new = a.build_call(["q"], McpState(era=STATELESS, version=STATELESS))
+    fp = lambda r, era: a.fingerprint(r.method, str(r.url), r.content, era)  # noqa: E731
+    assert one.content != two.content and fp(one, "handshake") == fp(two, "handshake")
+    assert fp(new, STATELESS) != fp(one, "handshake")
+    assert json.loads(new.content)["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == STATELESS
+    assert new.headers["mcp-method"] == "tools/call" and new.headers["mcp-name"] == "search_summary"
