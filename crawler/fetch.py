@@ -238,7 +238,7 @@ class Fetcher:
                 return
         texts = [t for _, t in items]
         exchange, headers, truncated, elapsed = await self._send(texts, attempt, granted)
-        if self.mcp is not None and self.mcp.expired(exchange["status_code"], exchange["response_body"]):
+        if self.mcp is not None and self.mcp.expired(texts, exchange["status_code"], exchange["response_body"]):
             await self._store(exchange)
             raise Retryable(f"{self.adapter.engine}: MCP session expired (HTTP {exchange['status_code']}); re-opening")
         if await self._refused(exchange, headers, truncated, attempt, outcome):

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from crawler.outcome import ANSWERS, Outcome
-from crawler.retry import EngineBroken
+from crawler.retry import EngineBroken, Retryable
 from engines.base import EngineParseError
 from engines.mcpwire import CLIENT_INFO, HANDSHAKE, OFFER, STATELESS, McpState, rpc_message
 
@@ -38,6 +38,8 @@ class McpSession:
         self.state = McpState()
         self.lock = asyncio.Lock()
         self.expired_in_row = 0
+        self.known_era: str | None = None  # the era found when the session was first opened
+        self.sent: dict[tuple[str, ...], str | None] = {}  # texts in flight -> the session they carry
         self.posts = 0  # preamble POSTs sent
 
     # ------------------------------------------------------------------ public
@@ -64,14 +66,24 @@ class McpSession:
                                 f"(protocol {self.state.version}); tools/list archived")
 
     def build(self, texts: list[str]):
+        """The ``tools/call`` of ``texts`` on the open session (raises Retryable while another
+        loop re-opens it: the attempt goes round again, re-paced)."""
+        if self.state.era is None:
+            raise Retryable(f"{self.adapter.engine}: MCP session re-opening")
+        self.sent[tuple(texts)] = self.state.session_id
         return self.adapter.build_call(texts, self.state)
 
-    def expired(self, status: int | None, body: bytes | None) -> bool:
-        """Whether an answer says the session ended (then forget it: the next ready() re-opens)."""
-        if not self.state.session_id or status not in (400, 404):
+    def expired(self, texts: list[str], status: int | None, body: bytes | None) -> bool:
+        """Whether the answer to ``texts`` says the session it carried ended (404, or a 400
+        naming the session). The current session is then forgotten (the next ready()
+        re-opens it); an answer for a session already replaced only asks for a retry."""
+        carried = self.sent.pop(tuple(texts), None)
+        if not carried or status not in (400, 404):
             return False
         if status == 400 and b"session" not in (body or b"").lower():
             return False
+        if carried != self.state.session_id:
+            return True  # another loop already re-opened (or is re-opening) the session
         self.expired_in_row += 1
         if self.expired_in_row > 1:
             raise McpFailure(f"{self.adapter.engine}: the MCP session expired again right after re-opening "
@@ -89,7 +101,7 @@ class McpSession:
     async def _open(self, attempt: int) -> None:
         era = self.adapter.params["era"]
         self.state = McpState(tools=self.state.tools)
-        if era != HANDSHAKE:
+        if era != HANDSHAKE and self.known_era != HANDSHAKE:  # a re-opened session skips the probe: 2 POSTs
             msg = await self._post("server/discover", {}, attempt, probe=True)
             result = msg.get("result") if msg else None
             if isinstance(result, dict) and STATELESS in (result.get("supportedVersions") or []):
@@ -105,6 +117,7 @@ class McpSession:
             self.state = McpState(tools=self.state.tools)
             raise McpFailure(f"{self.adapter.engine}: initialize was refused: {str(msg)[:200]}")
         self.state.era, self.state.version = HANDSHAKE, result["protocolVersion"]
+        self.known_era = HANDSHAKE
         await self._post("notifications/initialized", None, attempt, probe=True)
 
     async def _post(self, method: str, params: dict[str, Any] | None, attempt: int, *, probe: bool = False,

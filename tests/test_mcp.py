@@ -183,3 +183,126 @@ def test_fingerprint_is_url_tool_arguments_era_never_id_meta_or_session():
     assert fp(new, STATELESS) != fp(one, "handshake")
     assert json.loads(new.content)["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == STATELESS
     assert new.headers["mcp-method"] == "tools/call" and new.headers["mcp-name"] == "search_summary"
+
+
+# ------------------------------------------------------------------------------ faults
+
+
+def test_sse_events_framing():
+    from engines.sse import events
+
+    body = b'event: message\r\ndata: \r\n\r\n: comment\r\nevent: message\r\ndata: {"a":\r\ndata: 1}\r\n\r\n'
+    assert [(e.event, e.data) for e in events(body)] == [("message", ""), ("message", '{"a":\n1}')]
+    assert [e.data for e in events(b"data: x\n\ndata: y")] == ["x", "y"]  # \n\n, and a last event cut short
+
+
+def test_answer_read_from_the_stream_is_the_response_not_a_notification():
+    from engines.mcpwire import rpc_message
+
+    sse = {"content-type": "text/event-stream"}
+    body = (b'event: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}\r\n\r\n'
+            b'event: message\r\ndata: {"jsonrpc":"2.0","id":7,"result":{"ok":1}}\r\n\r\n')
+    assert rpc_message("x", sse, body) == {"jsonrpc": "2.0", "id": 7, "result": {"ok": 1}}
+    assert rpc_message("x", sse, body, want_id=7)["result"] == {"ok": 1}
+
+
+def test_jsonrpc_and_tool_errors_are_failures_rate_limits_and_limits_are_pauses():
+    from engines.base import EngineHTTPError, EngineOutage, EngineParseError
+    from engines.octo import limit_pause
+
+    ts, js = get_adapter("theoremsearch"), {"content-type": "application/json"}
+    err = lambda code, msg: json.dumps({"jsonrpc": "2.0", "id": 2, "error": {"code": code, "message": msg}}).encode()  # noqa: E731
+    with pytest.raises(EngineHTTPError, match="-32602"):
+        ts.parse(["q"], 200, js, err(-32602, "query must be a non-empty string"))
+    with pytest.raises(EngineOutage, match="RateLimitError"):
+        ts.parse(["q"], 200, js, err(-32603, "RateLimitError: Error code: 429"))
+    with pytest.raises(EngineHTTPError, match="-32603"):
+        ts.parse(["q"], 200, js, err(-32603, "KeyError: 'x'"))  # another internal error: a failure
+    with pytest.raises(EngineParseError):
+        ts.parse(["q"], 200, js, b'{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"# md"}]}}')
+    octo = get_adapter("octo")
+    limited = json.dumps({"jsonrpc": "2.0", "id": 3, "result": {"isError": True, "content": [
+        {"type": "text", "text": "Daily limit reached; resets at 00:00 UTC"}]}}).encode()
+    with pytest.raises(EngineOutage):
+        octo.parse(["q"], 200, js, limited)
+    noon = 1_767_268_800.0  # 2026-01-01 12:00 UTC
+    assert octo.pause_seconds(200, js, limited, noon) == 12 * 3600
+    assert limit_pause("Hourly limit reached", noon) == 3600
+    other = limited.replace(b"Daily limit reached; resets at 00:00 UTC", b"bad scope")
+    with pytest.raises(EngineHTTPError, match="bad scope"):
+        octo.parse(["q"], 200, js, other)
+    assert octo.pause_seconds(200, js, other, noon) is None
+    assert get_adapter("theoremsearch").parse([], 202, {}, b"") == []  # a preamble answers nothing
+
+
+def test_406_when_accept_lacks_sse_and_the_crawler_sends_both(rows):
+    import httpx
+
+    init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+    with StandIn("leanexplore-mcp", rows, variant="stateful-sse") as srv, httpx.Client() as client:
+        bad = client.post(srv.url, content=init, headers={"Accept": "application/json", "Content-Type": "application/json"})
+        assert bad.status_code == 406 and b"Not Acceptable" in bad.content
+        a = get_adapter("leanexplore-mcp", base_url=srv.url)
+        good = client.post(srv.url, content=init, headers=a.request_headers(json_body=True))
+        assert good.status_code == 200 and good.headers["content-type"].startswith("text/event-stream")
+
+
+def test_sse_split_across_reads_and_an_expired_session_reopened_once(sqlite_url, rows):
+    _load_mpr(sqlite_url)
+    seen: list[str] = []
+    with StandIn("leanexplore-mcp", rows, variant="stateful-sse") as srv:
+        srv.api.split_sse = True
+
+        def expire_at_20(texts, req):
+            seen.extend(texts)
+            if len(seen) == 20:
+                srv.api.expire_sessions()
+            return None
+        srv.canned = expire_at_20
+        summary, rep = crawl(sqlite_url, "leanexplore-mcp", srv)
+        assert summary.exit_code == 0, rep.lines
+        got = stored(sqlite_url, "leanexplore-mcp")
+        assert len(got) > 60 and all(v == served(srv, "leanexplore-mcp", t) for t, v in got.items())
+    methods = [json.loads(e.request_body).get("method") for e in exchanges(sqlite_url)]
+    assert methods.count("initialize") == 2 and methods.count("tools/list") == 1  # re-opened once, schema kept
+    statuses = [e.status_code for e in exchanges(sqlite_url)]
+    assert 1 <= statuses.count(404) <= 4 and 400 not in statuses[4:]  # the calls in flight on the old session
+
+
+def test_theoremsearch_rate_limit_error_pauses_and_every_text_is_answered(sqlite_url, rows):
+    _load_mpr(sqlite_url)
+    with StandIn("theoremsearch", rows, rate=Rate(20, 1.0)) as srv:
+        summary, rep = crawl(sqlite_url, "theoremsearch", srv, rate=Rate(60, 1.0))
+        assert srv.stats.violations > 0  # the server's -32603 RateLimitError, HTTP 200
+    assert summary.exit_code == 0, rep.lines
+    assert any("outage" in line and "RateLimitError" in line for line in rep.lines)
+    assert len(stored(sqlite_url, "theoremsearch")) >= 60 and summary.results[0].counts.failed == 0
+
+
+def test_octo_limit_reached_is_a_pause_not_an_answer(sqlite_url, rows):
+    _load_mpr(sqlite_url)
+    with StandIn("octo", rows) as srv:
+        srv.api.limit_after = 5
+        summary, rep = crawl(sqlite_url, "octo", srv, policy=RetryPolicy(retry_after_cap=1.0, backoff_initial=0.01))
+    res = summary.results[0]
+    assert summary.exit_code == 3 and res.counts.failed == 0, rep.lines
+    assert len(stored(sqlite_url, "octo")) == 5
+    assert any("paused" in line.lower() for line in rep.lines), rep.lines
+
+
+@pytest.mark.parametrize("engine,variant", CASES)
+async def test_the_sdk_client_is_served_by_our_emulator(rows, engine, variant):
+    from mcp import Client
+
+    tool, args = {"theoremsearch": ("theorem_search", {"n_results": 5, "formality": "formal"}),
+                  "leanexplore-mcp": ("search_summary", {"limit": 5}),
+                  "octo": ("search_lean", {"limit": 5, "scope": "mathlib"})}[engine]
+    async with StandIn(engine, rows, variant=variant) as srv:
+        async with Client(srv.url) as client:
+            result = await client.call_tool(tool, {"query": "add comm", **args})
+        assert not result.is_error
+        sc = result.structured_content
+        hits = sc.get("theorems") or sc.get("results") or sc.get("hits")
+        expected = [row.name for row, _ in srv.index.search("add comm", 5)]
+        assert [h["name"] for h in hits] == expected and expected

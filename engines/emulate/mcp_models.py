@@ -55,9 +55,11 @@ def octo_tool(server: Any, api: Any) -> None:
     def search_lean(query: str, scope: Optional[str] = None, version: Optional[str] = None,
                     rerank: bool = True, limit: int = 10) -> SearchLeanQueryResult:
         """Ranked hits with each declaration's name, kind, signature (synthetic stand-in)."""
+        from mcp.server.mcpserver.exceptions import ToolError  # its text reaches the client
+
         api.calls += 1
         if api.limit_after is not None and api.calls > api.limit_after:
-            raise RuntimeError("Hourly limit reached for this caller; try again later.")
+            raise ToolError("Hourly limit reached for this caller; try again in an hour.")
         items = api.ranked(query, limit, lambda row: {
             "name": row.name, "kind": row.get("kind") or "theorem", "moduleName": row.module,
             "signature": row.get("signature") or "", "distance": 0.0, "source": "mathlib"})
