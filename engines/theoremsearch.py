@@ -29,8 +29,8 @@ class TheoremSearchAdapter(McpAdapter):
     DEFAULT_URL = "https://api.theoremsearch.com/mcp"
     defaults = EngineDefaults(rate=Rate(1, 2.0), timeout=60.0, result_cap=100, batch_size=1, num_results=20)
     stand_in = "engines.emulate.mcp_apis:TheoremSearchAPI"
-    demo_port = 8771
-    demo_weights = {"name": 3, "docstring": 1}
+    demo_port = 47814  # in the demo: its formal row, ranked on names and docstrings
+    demo_weights = {"name": 2, "signature": 0, "docstring": 2, "module": 1}
     endpoint_version = "mcp-tools-call-theorem_search-v1"
     parser_version = 1
     tool = "theorem_search"
