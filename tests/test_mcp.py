@@ -11,6 +11,7 @@ publish → verify exit 0.
 from __future__ import annotations
 
 import itertools
+import re
 import json
 from pathlib import Path
 
@@ -306,3 +307,19 @@ async def test_the_sdk_client_is_served_by_our_emulator(rows, engine, variant):
         hits = sc.get("theorems") or sc.get("results") or sc.get("hits")
         expected = [row.name for row, _ in srv.index.search("add comm", 5)]
         assert [h["name"] for h in hits] == expected and expected
+
+
+def test_leanexplore_mcp_100_queries_under_a_budget_counting_every_post():
+    """perf/mcp_posts.py at a scaled-up rate (30 POST / 3 s, every POST counted by the
+    stand-in): no 429, at most 1.05 POSTs per answered query, the window never exceeded."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, str(root / "perf" / "mcp_posts.py"), "--period", "3"],
+                          capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    posts, answered = map(int, re.search(r"POSTs (\d+), answered (\d+)", proc.stdout).groups())
+    assert answered == 100 and posts / answered <= 1.05
+    assert "HTTP 429: 0 " in proc.stdout
+    assert int(re.search(r"most POSTs in any 3 s: (\d+)", proc.stdout).group(1)) <= 30
