@@ -30,7 +30,7 @@ from engines import __version__
 from engines.jsonbody import snippet
 from engines.protocol import AskedFor, EngineHTTPError, EngineOutage, EngineParseError, HitList
 from engines.remote import RemoteAdapter
-from engines.sse import events, is_event_stream
+from engines.sse import is_event_stream, parse_sse
 
 STATELESS = "2026-07-28"  # the stateless era's protocol version
 HANDSHAKE = "handshake"
@@ -64,11 +64,10 @@ def rpc_message(engine: str, headers: Mapping[str, str], body: bytes, want_id: A
     """The JSON-RPC answer of a body: the one JSON message, or, for ``text/event-stream``,
     the stream's answer (a message with ``result`` or ``error`` and an id: ``want_id`` when
     given, else the last); notifications and empty priming events are skipped."""
-    ctype = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
     try:
-        if is_event_stream(ctype):
+        if is_event_stream(headers):
             found = None
-            for ev in events(body):
+            for ev in parse_sse(body, flush_partial=True):  # a stream cut short shows what arrived
                 if ev.event != "message" or not ev.data.strip():
                     continue
                 msg = json.loads(ev.data)

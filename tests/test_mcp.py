@@ -189,14 +189,6 @@ def test_fingerprint_is_url_tool_arguments_era_never_id_meta_or_session():
 # ------------------------------------------------------------------------------ faults
 
 
-def test_sse_events_framing():
-    from engines.sse import events
-
-    body = b'event: message\r\ndata: \r\n\r\n: comment\r\nevent: message\r\ndata: {"a":\r\ndata: 1}\r\n\r\n'
-    assert [(e.event, e.data) for e in events(body)] == [("message", ""), ("message", '{"a":\n1}')]
-    assert [e.data for e in events(b"data: x\n\ndata: y")] == ["x", "y"]  # \n\n, and a last event cut short
-
-
 def test_answer_read_from_the_stream_is_the_response_not_a_notification():
     from engines.mcpwire import rpc_message
 

@@ -542,9 +542,9 @@ PARSE_CODE = {
     "loogle": [loogle.is_backend_crash, loogle._CRASH.pattern],
     "leanstatesearch": [leanstatesearch.error_message],
     # The MCP engines share the JSON-RPC / SSE reading (engines.mcpwire, engines.sse).
-    "theoremsearch": [mcpwire.rpc_message, sse.events, mcpwire.McpAdapter.rpc_error, theoremsearch.TheoremSearchAdapter.hit_list],
-    "octo": [mcpwire.rpc_message, sse.events, mcpwire.McpAdapter.rpc_error, octo.OctoAdapter.tool_error],
-    "leanexplore-mcp": [mcpwire.rpc_message, sse.events, mcpwire.McpAdapter.rpc_error],
+    "theoremsearch": [mcpwire.rpc_message, sse.parse_sse, mcpwire.McpAdapter.rpc_error, theoremsearch.TheoremSearchAdapter.hit_list],
+    "octo": [mcpwire.rpc_message, sse.parse_sse, mcpwire.McpAdapter.rpc_error, octo.OctoAdapter.tool_error],
+    "leanexplore-mcp": [mcpwire.rpc_message, sse.parse_sse, mcpwire.McpAdapter.rpc_error],
 }
 
 
