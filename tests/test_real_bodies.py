@@ -525,9 +525,9 @@ PARSER_FINGERPRINTS = {
     "leanfinder": (3, "3e9155ca02ecdaaedc1e5844bef8fe73d2ff762f41595608afb352f4083b2cd1"),
     "loogle": (3, "b30efd4a816c5847616447b7a26093eca9b54da685a576c9c781cc8e7c0182e0"),
     "leanstatesearch": (2, "e995e8163d87d42a6d5bd7c5da7a1fa73feed09f426321f57eb0c091428d948f"),
-    "theoremsearch": (1, "e4f8d7eea5a7dcad640aeaf59d7519abef8acf12d747b39456277de4cc17a512"),
-    "octo": (1, "fa2f84c315df4e12d3ad8a7f810c1625f93c9af91d647c396743118776295ee2"),
-    "leanexplore-mcp": (1, "5203e1f20a7dd916e6ff56c870840ade2d4488fd44360262841868a61de3fc32"),
+    "theoremsearch": (1, "cf45c619b83bf234c882a1ab019ec37f3dc3bcb1a0251a233ba565a10dbd4bef"),
+    "octo": (1, "2aa4b6221ae0f8ee33b7ccb9a3df256c21f7027288b11065f30d9846a6a71263"),
+    "leanexplore-mcp": (1, "2921b8489677630ad7c40b6efa061d227319a5a05f3fa6029c4e52991f168e58"),
 }
 
 _SHARED = [jsonbody.decode_json_body, jsonbody.decode_json_object, jsonbody.snippet, protocol.finish_hits,
