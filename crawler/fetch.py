@@ -49,6 +49,7 @@ from crawler.pacing import Pacer
 from crawler.retry import RETRY_AFTER_MAX, EngineBroken, Retryable, RetryPolicy, Wait, parse_retry_after  # noqa: F401
 from crawler.writer import DirectWriter, Writer
 from engines.base import redact_headers, redact_url
+from engines.offline import is_dns_failure
 from store.db import machine_error
 from store.models import Exchange
 from store.text import clean_text
@@ -297,6 +298,9 @@ class Fetcher:
                 err = clean_text(f"{type(exc).__name__}: {exc}".strip().rstrip(":"))
             await self._store(self._exchange(request, body_out, texts, attempt, sent_wall, elapsed,
                                              transport_error=err))
+            if is_dns_failure(exc):  # no network, or a wrong URL: retrying changes nothing
+                raise EngineBroken(f"{self.adapter.engine}: host {self.adapter.host} does not resolve ({err}); "
+                                   "no network? not retried: run the same command again when online")
             self._failure(err)
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {err}")
             raise Retryable(err) from None
