@@ -46,7 +46,7 @@ from crawler.options import (EXIT_ALREADY_CRAWLING, EXIT_ENGINE_BROKEN, EXIT_OK,
 from crawler.pacing import DbLedger, SystemClock
 from crawler.progress import EtaEstimator, Reporter, RichReporter, eta, fmt_clock, fmt_duration, summary_lines
 from crawler.recovery import recover_unparsed
-from crawler.setup import CrawlEngine, build_fetchers, check_hosts_resolve, check_secrets_over_tls
+from crawler.setup import CrawlEngine, build_fetchers, check_secrets_over_tls
 from crawler.setup import resolve_engines as _resolve_engines
 from crawler.writer import Writer
 from store.epochs import settle_epoch
@@ -138,7 +138,6 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
     t_start = time.time()
     stop_at = t_start + opts.deadline if opts.deadline is not None else None
     worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-    await asyncio.to_thread(check_hosts_resolve, opts)
     lock = None
     path = sqlite_path(db)
     if path is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from store.errors import InputError
+from store.sniff import refuse_other_kinds
 
 FORMATS = ("trec", "jsonl")
 MAX_LINE_BYTES = 1 << 20
@@ -128,6 +129,7 @@ def parse_run(
     path = Path(path).expanduser()
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: expected trec or jsonl")
+    refuse_other_kinds(path, ("trec-run", "jsonl-run"), "a run")
     fmt = fmt or _detect(path)
     mapping_path: Path | None = None
     if fmt == "trec":

@@ -41,6 +41,7 @@ def resolve_engines(db, opts: CrawlOptions, worker: str) -> list[CrawlEngine]:
     texts = benchmark_texts(db, bench.id, opts.all_styles)
     if not texts:
         raise UserError(f"benchmark {opts.bench!r} has no query texts to crawl")
+    check_hosts_resolve(opts)  # before any configuration or epoch is written
     out: list[CrawlEngine] = []
     seen: set[str] = set()
     for name in opts.engines:
@@ -104,6 +105,7 @@ def check_hosts_resolve(opts: CrawlOptions) -> None:
 
     for name in dict.fromkeys(n.lower() for n in opts.engines):
         adapter = get_adapter(name, base_url=opts.urls.get(name))
+        check_secrets_over_tls(adapter)  # a credential over plain http is refused first, network or not
         why = unresolved(adapter.base_url)
         if why is not None:
             env = f"ENGINES_{name.upper()}_URL"

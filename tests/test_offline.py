@@ -59,12 +59,12 @@ def test_crawl_of_a_host_that_does_not_resolve_is_one_line_at_once(sqlite_url: s
 def test_a_dns_failure_mid_crawl_is_not_retried(sqlite_url: str, monkeypatch) -> None:
     """The network goes away after the check: the first failed lookup stops the engine
     (archived, exit 4), without the five backed-off attempts a 503 gets."""
-    import crawler.run
+    import crawler.setup
     from cli.main import app
 
     db = open_database(sqlite_url)
     load_shipped(db)
-    monkeypatch.setattr(crawler.run, "check_hosts_resolve", lambda opts: None)
+    monkeypatch.setattr(crawler.setup, "check_hosts_resolve", lambda opts: None)
     t0 = time.monotonic()
     res = CliRunner().invoke(app, ["--db", sqlite_url, "crawl", "leansearch", "--bench", "mathlibqr",
                                    "--url", f"leansearch={NOWHERE}", "--limit", "1"])

@@ -62,3 +62,52 @@ def test_a_missing_postgres_database_says_how_to_create_it(capsys) -> None:
     assert f"database '{name}' does not exist" in lines[0]
     assert f"createdb -h {base.host} -p {base.port or 5432} -U {base.username} {name}" in lines[0]
     assert f'CREATE DATABASE "{name}";' in lines[0]
+
+
+# ------------------------------------------------------------- a wrong kind of file
+
+
+def _warc(path: Path) -> Path:
+    """A one-record WARC/1.1 file, gzipped per record as warcio writes it."""
+    import gzip
+
+    payload = b"hello"
+    record = (b"WARC/1.1\r\nWARC-Type: resource\r\nWARC-Record-ID: <urn:uuid:12345678-1234-1234-1234-123456789abc>"
+              b"\r\nWARC-Target-URI: urn:x\r\nWARC-Date: 2026-01-01T00:00:00Z\r\nContent-Type: text/plain\r\n"
+              b"Content-Length: %d\r\n\r\n%s\r\n\r\n" % (len(payload), payload))
+    path.write_bytes(gzip.compress(record))
+    return path
+
+
+def test_a_wrong_kind_of_file_is_named_as_what_it_is(tmp_path: Path, capsys) -> None:
+    import gzip
+
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    assert _run(capsys, "--db", url, "bench", "load", "--shipped")[0] == 0
+    warc = _warc(tmp_path / "x.warc.gz")
+    run = tmp_path / "r.trec"
+    run.write_text("O1 Q0 Lattice 1 2.0 mine\nO1 Q0 Foo 2 1.0 mine\n")
+    run_gz = tmp_path / "r.trec.gz"
+    run_gz.write_bytes(gzip.compress(run.read_bytes()))
+    corpus = tmp_path / "c.jsonl.gz"
+    corpus.write_bytes(gzip.compress(b'{"name": ["Foo"], "module_name": ["M"], "kind": "theorem", '
+                                     b'"signature": "", "type": null}\n'))
+    db_file = tmp_path / "cache.db"
+    cases = [
+        (["run", "import", str(warc), "--bench", "mathlibqr", "--name", "t"], "this is a WARC bundle, not a run",
+         f"engines import {warc}"),
+        (["bench", "load", str(run)], "this is a TREC run, not a benchmark", f"engines run import {run}"),
+        (["bench", "load", str(run_gz)], "this is a TREC run, not a benchmark", "engines run import"),
+        (["bench", "load", str(warc)], "this is a WARC bundle, not a benchmark", "engines import"),
+        (["corpus", "load", str(run_gz), "--name", "c"], "this is a TREC run, not a corpus", "engines run import"),
+        (["run", "import", str(corpus), "--bench", "mathlibqr", "--name", "t"],
+         "this is a corpus (LeanSearch v2 JSONL), not a run", f"engines corpus load {corpus}"),
+        (["import", str(run)], "this is a TREC run, not a WARC bundle", "engines run import"),
+        (["import", str(db_file)], "this is a SQLite database, not a WARC bundle", f"--db {db_file}"),
+        (["bench", "load", str(db_file)], "this is a SQLite database, not a benchmark", "--db"),
+    ]
+    for argv, what, how in cases:
+        code, out, err = _run(capsys, "--db", url, *argv)
+        assert code != 0, (argv, out)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and what in lines[0] and how in lines[0], (argv, err[:500])
