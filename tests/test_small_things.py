@@ -111,3 +111,36 @@ def test_a_wrong_kind_of_file_is_named_as_what_it_is(tmp_path: Path, capsys) -> 
         assert code != 0, (argv, out)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and what in lines[0] and how in lines[0], (argv, err[:500])
+
+
+# ------------------------------------------------------------------- the crawl lock
+
+
+def test_the_crawl_lock_file_is_removed_at_exit_and_ignored_by_git(tmp_path: Path) -> None:
+    from crawler.lock import AlreadyCrawling, CrawlLock
+
+    lock = CrawlLock(str(tmp_path / "my.sqlite"))
+    lock.acquire()
+    assert lock.path.is_file()
+    other = CrawlLock(str(tmp_path / "my.sqlite"))
+    with pytest.raises(AlreadyCrawling):
+        other.acquire()
+    lock.release()
+    assert not lock.path.exists()
+    other.acquire()  # a new file, locked
+    assert lock.path.is_file()
+    with pytest.raises(AlreadyCrawling):
+        CrawlLock(str(tmp_path / "my.sqlite")).acquire()
+    other.release()
+    assert list(tmp_path.iterdir()) == []
+    ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", "data/my.sqlite.crawl.lock"])
+    assert ignored.returncode == 0
+
+
+def test_a_crawl_leaves_no_lock_file(sqlite_url: str, tmp_path: Path, capsys) -> None:
+    """Through the command: a crawl that stops (here: its host does not resolve) removes its lock."""
+    assert _run(capsys, "--db", sqlite_url, "bench", "load", "--shipped")[0] == 0
+    code, _, err = _run(capsys, "--db", sqlite_url, "crawl", "leansearch", "--bench", "mathlibqr",
+                        "--url", "leansearch=http://nonexistent.invalid")
+    assert code == 3, err
+    assert not list(tmp_path.glob("*.crawl.lock"))
