@@ -144,3 +144,57 @@ def test_a_crawl_leaves_no_lock_file(sqlite_url: str, tmp_path: Path, capsys) ->
                         "--url", "leansearch=http://nonexistent.invalid")
     assert code == 3, err
     assert not list(tmp_path.glob("*.crawl.lock"))
+
+
+# ------------------------------------------------------------- Loogle's error text
+
+
+def test_loogle_error_text_is_shown_once_and_as_written(tmp_path: Path) -> None:
+    """Loogle's real in-band errors (tests/data/real-responses/loogle), and one over two lines
+    with both quote kinds: the crawl's line names the engine once and quotes Loogle verbatim."""
+    import json
+
+    from crawler.fetch import RetryPolicy
+    from crawler.run import CrawlOptions, Reporter, run_crawl
+    from engines.base import Rate
+    from engines.emulate import StandIn
+    from store.benchmarks import load_benchmark_file
+    from store.db import open_database
+
+    real = ROOT / "tests" / "data" / "real-responses" / "loogle"
+    bodies = {"(((": (real / "parse-error.json").read_bytes(),
+              "exists_infinite_primes": (real / "unknown-identifier-suggestions.json").read_bytes(),
+              "two lines": json.dumps({"error": "unknown constant 'Foo.bar'\n  in \"Foo\"\\baz"}).encode()}
+    want = {"<input>:1:3: unexpected end of input; expected ')'",
+            "unknown identifier 'exists_infinite_primes'",
+            "unknown constant 'Foo.bar' in \"Foo\"\\baz"}
+    items = [{"id": f"l{i}", "full_name": "Nat.add_comm", "q1c_natural": t} for i, t in enumerate(bodies)]
+    (tmp_path / "b.json").write_text(json.dumps(items))
+    corpus = [{"name": ["Nat", "add_comm"], "module_name": ["Mathlib"], "kind": "theorem", "signature": "",
+               "type": None, "value": None, "docstring": None}]
+
+    class Lines(Reporter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def log(self, message: str) -> None:
+            self.lines.append(message)
+
+    db = open_database(f"sqlite:///{tmp_path / 'cache.db'}")
+    try:
+        load_benchmark_file(db, tmp_path / "b.json", name="lg", allow_modified=True)
+        canned = lambda texts, req: (200, {"content-type": "application/json"}, bodies[texts[0]])  # noqa: E731
+        with StandIn("loogle", corpus, rate=Rate(20, 0.5), canned=canned).in_thread() as srv:
+            rep = Lines()
+            run_crawl(db, CrawlOptions(engines=["loogle"], bench="lg", rates={"*": Rate(20, 0.5)},
+                                       urls={"loogle": srv.url}, margin=0.05,
+                                       policy=RetryPolicy(backoff_initial=0.02, backoff_max=0.1)), rep)
+    finally:
+        db.dispose()
+    errors = [line for line in rep.lines if "query error" in line]
+    assert len(errors) == 3, rep.lines
+    for line in errors:
+        assert line.startswith("loogle: query error: ") and line.endswith(" (not retried)"), line
+        assert "loogle: loogle" not in line
+    assert {line.removeprefix("loogle: query error: ").removesuffix(" (not retried)") for line in errors} == want
