@@ -198,3 +198,20 @@ def test_loogle_error_text_is_shown_once_and_as_written(tmp_path: Path) -> None:
         assert line.startswith("loogle: query error: ") and line.endswith(" (not retried)"), line
         assert "loogle: loogle" not in line
     assert {line.removeprefix("loogle: query error: ").removesuffix(" (not retried)") for line in errors} == want
+
+
+# --------------------------------------------------------- report with no answers
+
+
+def test_report_with_no_answers_exits_non_zero_like_score_and_plot(tmp_path: Path, capsys) -> None:
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    assert _run(capsys, "--db", url, "bench", "load", "--shipped")[0] == 0
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"name": ["Foo"], "module_name": ["M"], "kind": "theorem", "signature": "", "type": null}\n')
+    assert _run(capsys, "--db", url, "corpus", "load", str(corpus), "--name", "c")[0] == 0
+    for argv in (["score", "--bench", "mathlibqr"], ["plot", "--bench", "mathlibqr", "--out", str(tmp_path / "p.png")],
+                 ["report", "--bench", "mathlibqr", "--out", str(tmp_path / "r")]):
+        code, out, err = _run(capsys, "--db", url, *argv)
+        assert code != 0, (argv, out, err)
+        assert len(err.strip().splitlines()) == 1 and re.search("no system has answers|no scored rows", err), err
+    assert not (tmp_path / "r").exists()  # nothing half-written
