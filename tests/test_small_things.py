@@ -215,3 +215,35 @@ def test_report_with_no_answers_exits_non_zero_like_score_and_plot(tmp_path: Pat
         assert code != 0, (argv, out, err)
         assert len(err.strip().splitlines()) == 1 and re.search("no system has answers|no scored rows", err), err
     assert not (tmp_path / "r").exists()  # nothing half-written
+
+
+# ------------------------------------------------------------ TREC export names
+
+
+def test_trec_export_file_names_carry_no_colon(tmp_path: Path) -> None:
+    from crawler.runs import import_run
+    from scoring.export import export_trec
+    from scoring.results import score
+    from store.db import open_database
+    from tests.test_run_roundtrip import _database, _small_inputs
+    from tests.test_scoring_support import answer_all, bench_queries, make_config
+
+    inputs = _small_inputs(tmp_path)
+    db = _database(f"sqlite:///{tmp_path / 'a.db'}", inputs)
+    qs = bench_queries(db, "mathlibqr")
+    for label in ("dense:mini", "dense_mini"):
+        answer_all(db, make_config(db, label), qs, lambda q: [u.names[0].name for u in q.gold_units])
+    result = score(db, "mathlibqr", resamples=20)
+    paths = export_trec(db, result, tmp_path / "trec")
+    db.dispose()
+    runs = sorted(p.name for p in paths if p.name.startswith("run."))
+    assert len(runs) == 2 and not any(":" in name for name in runs), runs
+    tags = {p.read_text().split()[5] for p in paths if p.name.startswith("run.")}
+    assert {t.split(":")[0] for t in tags} == {"dense", "dense_mini"} and len(tags) == 2  # the tag keeps the id
+    fresh = _database(f"sqlite:///{tmp_path / 'b.db'}", inputs)
+    try:
+        for p in paths:
+            if p.name.startswith("run."):
+                import_run(fresh, p, bench="mathlibqr", name=p.stem, source="round trip")
+    finally:
+        fresh.dispose()
