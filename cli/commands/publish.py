@@ -55,6 +55,11 @@ def publish_cmd(
     info(f"wrote {s.path}: {len(s.claim['systems'])} systems ({s.remote_systems} remote with {s.exchanges:,} exchanges, "
          f"{s.runs} run(s)), corpus {'embedded' if s.corpus_embedded else 'named by sha256'}, {s.bytes:,} bytes "
          f"in {time.perf_counter() - t0:.1f}s")
+    if not s.corpus_embedded:
+        from scoring.corpus_hint import publish_notes
+
+        for note in publish_notes(s.corpora, s.path):
+            info(note)
     typer.echo(f"sha256 {s.sha256}  {s.path}")
     typer.echo(f"verify: engines verify {s.path}")
 
