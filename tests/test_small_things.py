@@ -247,3 +247,59 @@ def test_trec_export_file_names_carry_no_colon(tmp_path: Path) -> None:
                 import_run(fresh, p, bench="mathlibqr", name=p.stem, source="round trip")
     finally:
         fresh.dispose()
+
+
+# ----------------------------------------------- progress of long imports and loads
+
+
+def test_slow_progress_says_nothing_for_a_quick_step_and_ticks_on_stderr_for_a_slow_one(monkeypatch, capsys):
+    import time
+
+    from cli.commands import common
+
+    monkeypatch.setattr(common, "SLOW_AFTER_LOG", 0.2)
+    monkeypatch.setattr(common, "SLOW_EVERY_LOG", 0.1)
+    with common.slow_progress("quick"):
+        pass
+    with common.slow_progress("slow"):
+        time.sleep(0.55)
+    out = capsys.readouterr()
+    assert out.out == "" and "quick" not in out.err
+    lines = out.err.splitlines()
+    assert 2 <= len(lines) <= 5 and all(re.fullmatch(r"slow: \d+ s", ln) for ln in lines), lines
+
+
+def test_run_import_and_bench_load_show_progress_on_stderr_only(tmp_path: Path, monkeypatch, capsys) -> None:
+    import json
+    import time
+
+    import benchmarks
+    import crawler.runs
+    from cli.commands import common, core
+
+    monkeypatch.setattr(common, "SLOW_AFTER_LOG", 0.05)
+    real_import, real_load = crawler.runs.import_run, core.load_benchmark_file
+
+    def slowly(fn):
+        def wrapped(*a, **kw):
+            time.sleep(0.3)  # a large file's parse, in a test's time
+            return fn(*a, **kw)
+        return wrapped
+
+    monkeypatch.setattr(crawler.runs, "import_run", slowly(real_import))
+    monkeypatch.setattr(core, "load_benchmark_file", slowly(real_load))
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    qr = tmp_path / "qr.json"
+    qr.write_text(json.dumps(json.loads(benchmarks.shipped_path("MathlibQR.json").read_text("utf-8"))[:3]))
+    code, out, err = _run(capsys, "--db", url, "bench", "load", str(qr), "--allow-modified", "--name", "qr3")
+    assert code == 0, err
+    assert out == "" and re.search(rf"^loading benchmark {re.escape(str(qr))} \(0\.0 MB\): 0 s$", err, re.M), err
+    run = tmp_path / "r.trec"
+    eng = sa.create_engine(url)
+    with eng.connect() as conn:
+        qid = conn.execute(sa.text("SELECT qid FROM queries ORDER BY id LIMIT 1")).scalar_one()
+    eng.dispose()
+    run.write_text(f"{qid} Q0 Lattice 1 2.0 mine\n")
+    code, out, err = _run(capsys, "--db", url, "run", "import", str(run), "--bench", "qr3", "--name", "mine")
+    assert code == 0, err
+    assert out == "" and re.search(rf"^importing run {re.escape(str(run))} \(0\.0 MB\): 0 s$", err, re.M), err

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from cli.commands.common import get_db, info, progress_counter
+from cli.commands.common import get_db, info, progress_counter, sized, slow_progress
 
 run_app = typer.Typer(
     help="Run local engines (BM25, dense embedding models) over a benchmark; import or drop run files.",
@@ -110,7 +110,8 @@ def run_import_cmd(
     from crawler.runs import import_run
 
     db = get_db(ctx)
-    res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos)
+    with slow_progress(f"importing run {sized(file)}"):
+        res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos)
     p = res.parsed
     via = f", DOCNOs read through {p.docnos}" if p.docnos else ""
     if not res.created:
