@@ -35,7 +35,6 @@ import asyncio
 import datetime as dt
 import hashlib
 import random
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -48,6 +47,7 @@ from crawler.outcome import FAILED, OUTAGE, REFUSED, Outcome, Parsed, failure, w
 from crawler.outcome import outcome as parse_outcome
 from crawler.pacing import Pacer
 from crawler.retry import RETRY_AFTER_MAX, EngineBroken, Retryable, RetryPolicy, Wait, parse_retry_after  # noqa: F401
+from crawler.retry import one_prefix
 from crawler.writer import DirectWriter, Writer
 from engines.base import redact_headers, redact_url
 from engines.offline import is_dns_failure
@@ -70,20 +70,6 @@ def _hhmm(t: float) -> str:
 # The default --max-body: response bytes read at most (after decompression); the rest
 # is not read, the exchange is archived truncated and failed, not retried.
 MAX_BODY = 16 * 1024 * 1024
-
-
-def _one_prefix(engine: str, say: Callable[[str], None]) -> Callable[[str], None]:
-    """``say`` with the engine named once: an adapter's message that names its engine itself
-    ("loogle: query error: …") is not shown as "loogle: loogle: query error: …"."""
-    again = re.compile(rf"(?<=: ){re.escape(engine)}: ")
-
-    def said(message: str) -> None:
-        head = f"{engine}: "
-        if message.startswith(head):
-            message = head + again.sub("", message[len(head):].removeprefix(head))
-        say(message)
-
-    return said
 
 
 class _Unstorable(Exception):
@@ -156,7 +142,7 @@ class Fetcher:
         self.crawl_id = crawl_id
         self.policy = policy or RetryPolicy()
         self.sleep = sleep or pacer.clock.sleep
-        self.on_event = _one_prefix(adapter.engine, on_event or (lambda _m: None))
+        self.on_event = one_prefix(adapter.engine, on_event or (lambda _m: None))
         self.rng = random.Random(seed)
         # Called (in a thread) after every pacer grant with the batch's shas; returns the
         # shas still to send. The crawl run passes WorkQueue.keep_due: it renews the leases
