@@ -55,7 +55,7 @@ def _json_kind(line: bytes) -> str | None:
         return None
     if not isinstance(obj, dict):
         return None
-    if "ranked" in obj and ("qid" in obj or "query" in obj):
+    if ("ranked" in obj or "scores" in obj) and ("qid" in obj or "query" in obj):
         return "jsonl-run"
     if "name" in obj and "kind" in obj and ("module_name" in obj or "signature" in obj):
         return "corpus"
