@@ -31,7 +31,7 @@ def how_to_get(ref: dict[str, Any], bundle: str | Path) -> str:
 
 def shipped_sha256s() -> set[str]:
     """The sha256 of every corpus file shipped with the package (verify finds those itself)."""
-    from scoring.publish import shipped_corpora
+    from scoring.bundle_corpora import shipped_corpora
     from store.corpus import sha256_file
 
     return {sha256_file(p) for p in shipped_corpora()}

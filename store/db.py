@@ -13,8 +13,6 @@ mount) is opened read-only instead (:func:`sqlite_read_only`): nothing is writte
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +25,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
+from store.db_hints import is_plain_path, missing_pg_database
 from store.errors import DatabaseError
 from store.safe_upgrade import RowGuard, backup_sqlite, leftovers, migration_engine, repair_leftovers
 
@@ -36,15 +35,10 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 _PG_MIGRATION_LOCK = 727_361_001  # pg_advisory_lock key: one migrator at a time
 
 
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
-# What a path to a SQLite file looks like: a name with a database suffix, or a path with a /.
-_PLAIN_PATH = re.compile(r"[^\s:]*/[^\s:]*|[^\s:/]+\.(?:db|db3|sqlite|sqlite3)")
-
-
 def database_url(url: str | None = None) -> str:
     """The URL to use: explicit argument, then ``ENGINES_DATABASE_URL``, then the default."""
     url = url or os.environ.get(URL_ENV) or DEFAULT_URL
-    if _PLAIN_PATH.fullmatch(url) and not _SCHEME.match(url):
+    if is_plain_path(url):
         url = "sqlite:///" + url  # a plain path (`--db cache.db`, `--db /data/cache.db`) is a SQLite file
     # Plain "postgresql://" would pick psycopg2, which we do not ship; psycopg 3 is the extra.
     if url.startswith("postgresql://") or url.startswith("postgres://"):
@@ -286,19 +280,6 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def _missing_pg_database(url, message: str) -> str | None:
-    """A PostgreSQL server that answered "database X does not exist": how to create it."""
-    m = re.search(r'database "([^"]+)" does not exist', message)
-    if url.get_backend_name() != "postgresql" or m is None:
-        return None
-    name = m.group(1)
-    opts = " ".join(f"{flag} {shlex.quote(str(v))}" for flag, v in
-                    (("-h", url.host), ("-p", url.port), ("-U", url.username)) if v)
-    return (f"database {name!r} does not exist on the PostgreSQL server of {redact_url(str(url))}: create it "
-            f"with `createdb {opts} {shlex.quote(name)}`".replace("  ", " ")
-            + f' (or `CREATE DATABASE "{name}";` in psql), then run the same command again')
-
-
 def _check_reachable(engine: Engine) -> None:
     try:
         with engine.connect() as conn:
@@ -308,7 +289,7 @@ def _check_reachable(engine: Engine) -> None:
         if known is not None:
             raise known from None
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        missing = _missing_pg_database(engine.url, str(exc.orig or exc))
+        missing = missing_pg_database(engine.url, str(exc.orig or exc), redact_url(str(engine.url)))
         if missing is not None:
             raise DatabaseError(missing) from None
         raise DatabaseError(

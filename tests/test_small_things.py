@@ -207,8 +207,8 @@ def test_report_with_no_answers_exits_non_zero_like_score_and_plot(tmp_path: Pat
     url = f"sqlite:///{tmp_path / 'cache.db'}"
     assert _run(capsys, "--db", url, "bench", "load", "--shipped")[0] == 0
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text('{"name": ["Foo"], "module_name": ["M"], "kind": "theorem", "signature": "", "type": null}\n')
-    assert _run(capsys, "--db", url, "corpus", "load", str(corpus), "--name", "c")[0] == 0
+    corpus.write_text('{"name": ["Lattice"], "module_name": ["M"], "kind": "class", "signature": "", "type": null}\n')
+    assert _run(capsys, "--db", url, "corpus", "load", str(corpus), "--name", "c")[0] == 0  # holds a gold name
     for argv in (["score", "--bench", "mathlibqr"], ["plot", "--bench", "mathlibqr", "--out", str(tmp_path / "p.png")],
                  ["report", "--bench", "mathlibqr", "--out", str(tmp_path / "r")]):
         code, out, err = _run(capsys, "--db", url, *argv)
