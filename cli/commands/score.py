@@ -9,10 +9,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from cli.commands.common import get_db, info, out_console
 from scoring import view
 from store.errors import InputError
+from store.text import escaped
 
 BY_CHOICES = ("style", "kind", "difficulty")
 
@@ -32,7 +34,7 @@ def _main_table(doc: dict) -> Table:
     title = f"{doc['benchmark']['name']} on {doc['corpus']['name']}@{doc['corpus']['revision']}"
     if doc.get("subset"):
         title += f" · subset {doc['subset']}"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(escaped(title)), title_justify="left")
     if doc["profile"] == "main":
         metric_cols = list(doc["table_metrics"])
         cols = ["system", "n", "dropped", *metric_cols, "R@10 95% CI", "badges", "p95 latency"]
@@ -55,10 +57,10 @@ def _main_table(doc: dict) -> Table:
         if s.get("licence"):
             badges.append(s["licence"])
         if s.get("source") and "imported" in badges:
-            badges[badges.index("imported")] = f"imported ({escape(str(s['source']))})"
+            badges[badges.index("imported")] = f"imported ({escape(escaped(str(s['source'])))})"
         cov = [_fmt(s.get("coverage"))] if show_cov else []
         table.add_row(
-            escape(view.label(s)), escape(_epoch_cell(s)), str(s["n"]), str(s["dropped"]), *cov,
+            escape(escaped(view.label(s))), escape(escaped(_epoch_cell(s))), str(s["n"]), str(s["dropped"]), *cov,
             *[_fmt((s["metrics"].get(m) or {}).get("value")) for m in metric_cols],
             _ci(s["metrics"].get(ci_metric)), ", ".join(badges),
             "—" if lat is None else f"{lat:,.0f} ms",
@@ -79,13 +81,13 @@ def _breakdown_table(doc: dict, dim: str) -> Table | None:
     table = Table(title=f"by {dim}: {keys[0]} / {keys[1]} (n)", title_justify="left")
     table.add_column("system")
     for v in values:
-        table.add_column(v, justify="right")
+        table.add_column(Text(escaped(v)), justify="right")
     for s in doc["systems"]:
         cells = []
         for v in values:
             c = (s["breakdowns"].get(dim) or {}).get(v)
             cells.append("—" if c is None else f"{_fmt(c.get(keys[0]))} / {_fmt(c.get(keys[1]))} ({c['n']})")
-        table.add_row(escape(s["id"]), *cells)
+        table.add_row(escape(escaped(s["id"])), *cells)
     return table
 
 
@@ -95,12 +97,12 @@ def _published_table(doc: dict, src: dict) -> Table:
     extra = sorted({m for r in src["rows"] for m in r["metrics"]} - set(cols))
     title = (f"published (reference, not ranked): {src['source']}, {src['table']} [{src['ref']}] · "
              f"{src['slice']} · corpus: {src['corpus']} · transcribed {src['transcribed']}")
-    table = Table(title=escape(title), title_justify="left")
+    table = Table(title=Text(escaped(title)), title_justify="left")
     table.add_column("system")
     for m in cols + extra:
         table.add_column(m, justify="right")
     for r in src["rows"]:
-        table.add_row(escape(r["system"]) + " [dim](published)[/dim]",
+        table.add_row(escape(escaped(r["system"])) + " [dim](published)[/dim]",
                       *["" if r["metrics"].get(m) is None else f"{r['metrics'][m]:.3f}" for m in cols + extra])
     return table
 
@@ -111,7 +113,7 @@ def _comparison_table(doc: dict) -> Table:
         table.add_column(c, justify="left" if c in ("A", "B", "metric") else "right")
     for c in doc["comparisons"]:
         lo, hi = c["ci"]
-        table.add_row(escape(c["a"]), escape(c["b"]), c["metric"], str(c.get("n", "")), f"{c['diff']:+.3f}",
+        table.add_row(escape(escaped(c["a"])), escape(escaped(c["b"])), c["metric"], str(c.get("n", "")), f"{c['diff']:+.3f}",
                       f"[{lo:+.3f}, {hi:+.3f}]", f"{c['p']:.3f}")
     return table
 
@@ -174,13 +176,13 @@ def register(app: typer.Typer) -> None:
         # Piped output (files, CI logs) gets a wide console so no column is squeezed to "…".
         console = out_console if out_console.is_terminal else Console(width=240, highlight=False)
         if view.banner(doc):
-            console.print(f"[bold red]{view.banner(doc)}[/bold red]")
+            console.print(f"[bold red]{escape(escaped(view.banner(doc)))}[/bold red]")
         scope = doc["scope"]
-        info(
+        info(escaped(
             f"{doc['benchmark']['name']}: {doc['benchmark']['n_queries']} queries in scope, "
             f"{len(scope['dropped_qids'])} dropped (gold not in {doc['corpus']['name']}), "
             f"{scope['unresolved_units']} gold units unresolved; profile {doc['profile']}"
-        )
+        ))
         if doc["systems"]:
             console.print(_main_table(doc))
             if doc.get("overlapping_units"):
