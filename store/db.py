@@ -329,6 +329,10 @@ def upgrade(engine: Engine, *, backup: bool = True, target: str = "head") -> Upg
     _check_reachable(engine)
     script = ScriptDirectory(str(MIGRATIONS_DIR))
     head = script.get_current_head() if target == "head" else target
+    if _at(engine, head):
+        # Nothing to do: no lock taken, so no other session (an engines sql query that took
+        # the migration lock's key, a crawl) can hold this command up.
+        return UpgradeResult(head, head)
     with _migration_lock(engine):
         before = current_revision(engine)
         if before is not None:
@@ -372,6 +376,15 @@ def _migrate(engine: Engine, result: UpgradeResult, target: str) -> None:
     finally:
         if sqlite:
             migrator.dispose()
+
+
+def _at(engine: Engine, head: str) -> bool:
+    """The database is at ``head`` with nothing left to heal (read without the lock: a
+    revision only moves forward, so a database at head stays there)."""
+    if current_revision(engine) != head:
+        return False
+    with engine.connect() as conn:
+        return not leftovers(conn)
 
 
 @contextmanager
