@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
-from store.db_hints import is_plain_path, missing_pg_database
+from store.db_hints import plain_path_as_url, refuse_missing_pg_database
 from store.errors import DatabaseError
 from store.safe_upgrade import RowGuard, backup_sqlite, leftovers, migration_engine, repair_leftovers
 
@@ -38,8 +38,7 @@ _PG_MIGRATION_LOCK = 727_361_001  # pg_advisory_lock key: one migrator at a time
 def database_url(url: str | None = None) -> str:
     """The URL to use: explicit argument, then ``ENGINES_DATABASE_URL``, then the default."""
     url = url or os.environ.get(URL_ENV) or DEFAULT_URL
-    if is_plain_path(url):
-        url = "sqlite:///" + url  # a plain path (`--db cache.db`, `--db /data/cache.db`) is a SQLite file
+    url = plain_path_as_url(url)  # `--db cache.db`, `--db /data/cache.db`: a SQLite file
     # Plain "postgresql://" would pick psycopg2, which we do not ship; psycopg 3 is the extra.
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
@@ -289,9 +288,7 @@ def _check_reachable(engine: Engine) -> None:
         if known is not None:
             raise known from None
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        missing = missing_pg_database(engine.url, str(exc.orig or exc), redact_url(str(engine.url)))
-        if missing is not None:
-            raise DatabaseError(missing) from None
+        refuse_missing_pg_database(engine.url, str(exc.orig or exc), redact_url(str(engine.url)))
         raise DatabaseError(
             f"cannot connect to database {redact_url(str(engine.url))}: {reason}; "
             f"check that the server is running or set {URL_ENV}"

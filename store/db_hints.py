@@ -17,6 +17,20 @@ def is_plain_path(url: str) -> bool:
     return bool(_PLAIN_PATH.fullmatch(url)) and not _SCHEME.match(url)
 
 
+def plain_path_as_url(url: str) -> str:
+    """A plain path as its ``sqlite:///`` URL; anything else unchanged."""
+    return "sqlite:///" + url if is_plain_path(url) else url
+
+
+def refuse_missing_pg_database(url, message: str, shown: str) -> None:
+    """Raise the one line of :func:`missing_pg_database` when it applies."""
+    from store.errors import DatabaseError
+
+    missing = missing_pg_database(url, message, shown)
+    if missing is not None:
+        raise DatabaseError(missing) from None
+
+
 def missing_pg_database(url, message: str, shown: str) -> str | None:
     """A PostgreSQL server that answered "database X does not exist": how to create it."""
     m = re.search(r'database "([^"]+)" does not exist', message)
