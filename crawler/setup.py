@@ -11,9 +11,9 @@ from typing import Any
 from crawler.fetch import Fetcher
 from crawler.options import CrawlOptions, EngineResult
 from crawler.pacing import Pacer
-from crawler.plan import Counts, WorkQueue, benchmark_texts, current_epoch
+from crawler.plan import Counts, WorkQueue, benchmark_texts
 from engines.base import Rate, config_hash
-from store.epochs import is_older_than, open_epoch
+from store.epochs import current_epoch, is_older_than, open_epoch
 from store.errors import UserError
 
 

@@ -408,7 +408,7 @@ def _standin(engine: str, rows: list[dict[str, Any]]):
 
 
 def _crawl_standins(db: Any, bench: str, result: DemoResult, say: Callable[[str], None]) -> str:
-    from crawler.run import CrawlOptions, Reporter, run_crawl
+    from crawler.crawl import CrawlOptions, Reporter, run_crawl
 
     rows = _slice_rows()
     urls: dict[str, str] = {}
@@ -427,7 +427,7 @@ def _crawl_standins(db: Any, bench: str, result: DemoResult, say: Callable[[str]
                             stand_ins={e: standin_identity(e) for e in urls})
         import sys
 
-        from crawler.run import RichReporter
+        from crawler.crawl import RichReporter
 
         summary = run_crawl(db, opts, RichReporter() if sys.stderr.isatty() else Reporter(every=10.0))
     notes = []

@@ -103,7 +103,7 @@ def export_trec(db: Database, result: ScoreResult, out_dir: str | Path) -> list[
         ).scalar_one()
         by_qid_sha = {q["qid"]: query_sha256(q["text"]) for q in queries}
         tags: set[str] = set()
-        caps: dict[str, int | None] = {}  # run tag → the system's result cap (read back by crawler.runs)
+        caps: dict[str, int | None] = {}  # run tag → the system's result cap (read back by archive.runs)
         for system in result.systems:
             ref = system.ref
             tag = safe_token(ref.id)

@@ -1,7 +1,7 @@
 """``engines publish``: one WARC/1.1 file that holds everything a leaderboard's numbers need.
 
 The bundle is an ``engines export`` bundle (warcinfo, then request/response or metadata
-records per exchange, written by :func:`crawler.bundle._write_exchange`) of every exchange
+records per exchange, written by :func:`archive.bundle._write_exchange`) of every exchange
 of each scored remote configuration and epoch, failures included, followed by
 ``resource`` records (format ``engines.leaderboard/1``):
 
@@ -307,7 +307,7 @@ def _read_parts(db, doc: dict[str, Any], local: list[dict[str, Any]], remote: li
                 corpus_specs: list[str]) -> _Parts:
     """From the database: the remote configurations, the benchmark and subset dumps, the
     corpora and the run records of the local systems."""
-    from crawler.bundle import _warcinfo_fields
+    from archive.bundle import _warcinfo_fields
     from store.corpus import pick_corpus
     from store.models import Benchmark, EngineConfig, Query
 
@@ -341,7 +341,7 @@ def _read_parts(db, doc: dict[str, Any], local: list[dict[str, Any]], remote: li
 def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -> None:
     """A local or imported system's run record (and an imported run's original file, when
     it is still there with its recorded sha256)."""
-    from crawler.bundle import _warc_date
+    from archive.bundle import _warc_date
     from store.models import Answer, EngineConfig, Epoch, Hit
 
     cfg = s.execute(sa.select(EngineConfig).where(EngineConfig.config_hash == sysdoc["config_hash"])).scalar_one()
@@ -419,7 +419,7 @@ def _warcinfo(parts: _Parts, claim: bytes, options: dict[str, Any], with_corpus:
         lines.append("file: " + _hdr({"role": role, "spec": spec, "sha256": _sha(data)}))
     info = parts.info
     if not info:
-        from crawler.bundle import BUNDLE_FORMAT, _warc_date
+        from archive.bundle import BUNDLE_FORMAT, _warc_date
         from store.types import utcnow
 
         info = (f"software: engines/{code_version()}\r\nformat: {BUNDLE_FORMAT}\r\nconformsTo: WARC/1.1\r\n"
@@ -433,7 +433,7 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
     Returns the export's summary (exchanges written)."""
     from warcio.warcwriter import WARCWriter
 
-    from crawler.bundle import ExportSummary, _write_exchange, exchange_columns
+    from archive.bundle import ExportSummary, _write_exchange, exchange_columns
     from store.models import Exchange
 
     ex = Exchange.__table__

@@ -99,7 +99,7 @@ class SystemScore:
             "breakdowns": self.breakdowns,
             "per_query": self.per_query,
             "sample": self.sample,
-            # Imported runs (engine "run", crawler.runs): where the run came from (--source).
+            # Imported runs (engine "run", archive.runs): where the run came from (--source).
             "source": r.params.get("source") if r.engine == "run" else None,
         }
 
@@ -296,7 +296,7 @@ def _score_system(ctx: SystemContext, profile: Profile) -> SystemScore:
         badges.append(f"k≤{cap}")
     if ctx.snapshot is not None:
         badges.append("different corpus")
-    if ref.engine == "run":  # an imported run file (crawler.runs), not measured by us
+    if ref.engine == "run":  # an imported run file (archive.runs), not measured by us
         badges.append("imported")
     if ctx.sample is not None:
         badges.append(f"n={len(scored)} sampled")

@@ -131,7 +131,7 @@ def _load_runs(db, runs: list[tuple[dict[str, Any], bytes]], qid_text: dict[str,
                                     result_cap=ident.get("result_cap"), licence=ident.get("licence"))
                 s.flush()
                 if ident.get("epoch_label") or ident.get("epoch_started"):
-                    from crawler.bundle import _parse_date
+                    from archive.bundle import _parse_date
 
                     if s.get(Epoch, (cfg.id, epoch)) is None:
                         s.add(Epoch(config_id=cfg.id, epoch=epoch, label=ident.get("epoch_label"),
@@ -334,7 +334,7 @@ def _corpus_files(contents: Contents, corpus: str | Path | None, path: Path) -> 
 def _load_bundle(db, path: Path, contents: Contents, corpus_files: list[tuple[dict[str, Any], Path]], say):
     """Benchmark, subsets, corpora, exchanges (through engines import) and run records into
     the fresh database: (the import summary, the number of run records)."""
-    from crawler.bundle import BadBundle, import_bundle
+    from archive.bundle import BadBundle, import_bundle
     from store.corpus import load_corpus
 
     bench = load_json(contents.benchmark, f"{path}: the benchmark record")

@@ -17,10 +17,10 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-import crawler.bundle.records as bundle_mod
+import archive.bundle.records as bundle_mod
 from engines.base import config_hash
 from cli.main import app
-from crawler.bundle import BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_EPOCH, H_TEXTS, import_bundle
+from archive.bundle import BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_EPOCH, H_TEXTS, import_bundle
 from store.db import open_database
 from store.models import Crawl, EngineConfig, Exchange, ParseOutcome
 

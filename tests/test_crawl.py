@@ -28,7 +28,7 @@ import httpx
 
 from crawler.fetch import Fetcher, RetryPolicy, parse_retry_after
 from crawler.pacing import MemoryLedger, Pacer, SharedSqlLedger, max_in_window
-from crawler.run import CrawlOptions, Reporter, _resolve_engines, run_crawl
+from crawler.crawl import CrawlOptions, Reporter, _resolve_engines, run_crawl
 from engines.base import Rate
 from cli.main import app
 from engines.emulate import FaultConfig, StandIn

@@ -118,7 +118,7 @@ def test_score_uses_the_newest_epoch_and_names_it(src) -> None:
 def test_refresh_if_older_opens_an_epoch_only_when_due(src, two_epochs) -> None:  # noqa: F811
     import datetime as dt
 
-    from crawler.run import CrawlOptions, _resolve_engines
+    from crawler.crawl import CrawlOptions, _resolve_engines
 
     opts = CrawlOptions(engines=["leansearch"], bench="mathlibmpr", urls={"leansearch": two_epochs.base_url},
                         refresh_if_older=30 * 86400.0)

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from crawler.run import AUTO_CONCURRENCY_MAX, CrawlOptions, EtaEstimator, Reporter, eta, run_crawl
+from crawler.crawl import AUTO_CONCURRENCY_MAX, CrawlOptions, EtaEstimator, Reporter, eta, run_crawl
 from crawler.fetch import RetryPolicy
 from crawler.plan import Counts
 from engines.base import Rate
@@ -86,7 +86,7 @@ def test_reporter_says_paused_until_in_both_modes() -> None:
     assert lines[1].endswith("paused until " + time.strftime("%H:%M:%S", time.localtime(until)))
     assert re.search(r"paused until \d\d:\d\d:\d\d$", lines[1])
     rich = pytest.importorskip("rich")
-    from crawler.run import RichReporter
+    from crawler.crawl import RichReporter
 
     rr = RichReporter.__new__(RichReporter)  # the bar's text, without starting a live display
     Reporter.__init__(rr, stream=io.StringIO())

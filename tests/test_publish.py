@@ -31,7 +31,7 @@ SUBSET = "demo-first-3"
 def build_source(url: str, tmp: Path) -> Path:
     """The source database; returns the corpus file (not shipped with the package)."""
     from crawler.fetch import RetryPolicy
-    from crawler.run import CrawlOptions, run_crawl
+    from crawler.crawl import CrawlOptions, run_crawl
     from engines.base import Rate
     from scoring.demo import demo_cut
     from engines.emulate import FaultConfig, StandIn
@@ -373,7 +373,7 @@ def test_an_imported_run_travels_with_its_identity_and_file(source, capsys, tmp_
     original configuration hash, and its original file's bytes ride along."""
     import shutil
 
-    from crawler.runs import import_run
+    from archive.runs import import_run
 
     body = {}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-import crawler.reparse as rp
+import archive.reparse as rp
 from engines import registry
 from engines.base import config_hash
 from engines.leansearch import LeanSearchAdapter
@@ -199,7 +199,7 @@ def test_statistics_are_refreshed_first_on_postgresql(pg_url: str, v2) -> None:
 
 
 def test_import_parses_the_same_with_and_without_the_worker(tmp_path: Path, monkeypatch) -> None:
-    from crawler.bundle import export_bundle, import_bundle
+    from archive.bundle import export_bundle, import_bundle
 
     src = f"sqlite:///{tmp_path / 'src.db'}"
     _build(src)

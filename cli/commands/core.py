@@ -30,7 +30,7 @@ def db_upgrade(
 ) -> None:
     """Apply pending migrations (also done automatically on first use), keeping a copy of a
     SQLite file first; heal what an earlier, failed upgrade left (leftover tables, lost hits)."""
-    from crawler.heal import heal_lost_hits
+    from archive.heal import heal_lost_hits
 
     engine = dbmod.create_db_engine(db_url(ctx))
     try:

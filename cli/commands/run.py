@@ -107,7 +107,7 @@ def run_import_cmd(
     ),
 ) -> None:
     """Import a run file as a system row (engine `run`, badge `imported`), scored like any other."""
-    from crawler.runs import import_run
+    from archive.runs import import_run
 
     db = get_db(ctx)
     res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos)
@@ -130,7 +130,7 @@ def run_drop_cmd(
     name: str = typer.Argument(..., help="The --name an imported run was given."),
 ) -> None:
     """Remove an imported run (its configurations, answers and hits) in one transaction."""
-    from crawler.runs import drop_run
+    from archive.runs import drop_run
 
     res = drop_run(get_db(ctx), name)
     info(f"dropped run {name}: {res.configs} configuration(s), {res.answers} answers, {res.hits} hits")

@@ -27,7 +27,7 @@ with one line naming that record, and nothing is written. Exchanges are keyed by
 nothing. Every configuration's adapter is rebuilt (:func:`engines.registry.adapter_for_config`)
 when its first exchange is read: one that cannot be (an unknown parameter, an endpoint the
 adapter no longer speaks) aborts the import too. Every imported 2xx exchange is then parsed
-with the *current* parser into answers (:func:`crawler.outcome.write_outcomes`), exactly as
+with the *current* parser into answers (:func:`archive.outcome.write_outcomes`), exactly as
 the crawler does, in the same transaction: an import that fails or is interrupted leaves
 the database as it found it.
 
@@ -37,23 +37,23 @@ request (``read_request``, the inverse of its ``build_request``): the configurat
 engine's default one with the parameters the request shows (``num_results``...), the epoch
 the configuration's current one.
 
-The rooms: :mod:`crawler.bundle.warc` (the format's header names, dates, fingerprint),
-:mod:`~crawler.bundle.export`, :mod:`~crawler.bundle.records` (reading records: digests,
-decompression caps), :mod:`~crawler.bundle.pairing`, :mod:`~crawler.bundle.checks`
-(identity and header checks), :mod:`~crawler.bundle.foreign` (another tool's requests, read
-by the engine's adapter), :mod:`~crawler.bundle.importer` and :mod:`~crawler.bundle.parse`
+The rooms: :mod:`archive.bundle.warc` (the format's header names, dates, fingerprint),
+:mod:`~archive.bundle.export`, :mod:`~archive.bundle.records` (reading records: digests,
+decompression caps), :mod:`~archive.bundle.pairing`, :mod:`~archive.bundle.checks`
+(identity and header checks), :mod:`~archive.bundle.foreign` (another tool's requests, read
+by the engine's adapter), :mod:`~archive.bundle.importer` and :mod:`~archive.bundle.parse`
 (answers from the imported exchanges). Their public names are importable from here.
 """
 
 from __future__ import annotations
 
-from crawler.bundle.export import ExportSummary, _warcinfo_fields, _write_exchange, exchange_columns, export_bundle
-from crawler.bundle.importer import import_bundle
-from crawler.bundle.parse import parse_imported
-from crawler.bundle.records import (
+from archive.bundle.export import ExportSummary, _warcinfo_fields, _write_exchange, exchange_columns, export_bundle
+from archive.bundle.importer import import_bundle
+from archive.bundle.parse import parse_imported
+from archive.bundle.records import (
     MAX_HELD_BYTES, MAX_RECORD_BYTES, MAX_TOTAL_RATIO, MIN_TOTAL_BYTES, _Rec, _records,
 )
-from crawler.bundle.warc import (
+from archive.bundle.warc import (
     BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, BadBundle, ImportSummary,
     _parse_date, _warc_date, fingerprint,
 )

@@ -1,4 +1,4 @@
-"""Export: the selected exchanges of the database as a WARC/1.1 bundle (crawler.bundle).
+"""Export: the selected exchanges of the database as a WARC/1.1 bundle (archive.bundle).
 
 Rows are streamed from the database (a server-side cursor on PostgreSQL) and records
 written to ``<name>.part``, renamed to the bundle's name only when complete. Publishing
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 
-from crawler.bundle.warc import (
+from archive.bundle.warc import (
     _MOVED, BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, _warc_date,
 )
 from store.errors import InputError

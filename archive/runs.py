@@ -2,7 +2,7 @@
 
 The reusable pieces (``engines run import``, and bundles that embed runs):
 
-- :func:`parse_run` (in :mod:`crawler.run_file`) reads a file (TREC ``qid Q0 docno rank
+- :func:`parse_run` (in :mod:`archive.run_file`) reads a file (TREC ``qid Q0 docno rank
   score tag``, plain or ``.gz``; or JSONL ``{"qid"|"query": ..., "ranked": [names]}``) into
   :class:`ParsedRun`: one :class:`RunList` per qid or query text, names in rank order.
 - :func:`match_benchmark` maps those lists onto a benchmark's query texts (all or nothing,
@@ -23,8 +23,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-# The reading half lives in crawler.run_file; its names stay importable from here.
-from crawler.run_file import (  # noqa: F401
+# The reading half lives in archive.run_file; its names stay importable from here.
+from archive.run_file import (  # noqa: F401
     DOCNOS_FILE, FORMATS, MAX_LINE_BYTES, ParsedRun, RunList, file_sha256, parse_run, read_docnos,
 )
 from store.db import Database

@@ -5,7 +5,7 @@ keys on) deleted every hit through ``hits.answer_id``'s ``ON DELETE CASCADE`` an
 answers in place: answered, with ``n_returned`` hits and none stored. Such an answer of a
 crawled configuration is re-derived from the body it was parsed from (the exchange is
 archived): it is re-parsed with today's parser through the one re-parse path
-(:func:`crawler.reparse.reparse`), the hit-less answer is kept as superseded history and the
+(:func:`archive.reparse.reparse`), the hit-less answer is kept as superseded history and the
 new answer takes its place, with the time the bytes were fetched. An answer of a local run
 (BM25, dense) or an imported run file has no archived body: it is marked superseded, so the
 text is due again and ``engines run bm25`` / ``run dense`` / ``run import`` answers it anew.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from crawler.reparse import reparse
+from archive.reparse import reparse
 from store.models import Answer, EngineConfig, Hit, Position
 
 

@@ -9,8 +9,8 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
-from crawler.bundle.records import _Rec
-from crawler.bundle.warc import H_ATTEMPT, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, BadBundle, _parse_date
+from archive.bundle.records import _Rec
+from archive.bundle.warc import H_ATTEMPT, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, BadBundle, _parse_date
 
 
 def _restore_headers(pairs: list[tuple[str, str]], ours: bool) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """One archived exchange → its outcome: the one parse path of the crawler and the archive.
 
 The live fetcher (:mod:`crawler.fetch`), the recovery of bodies a killed run never parsed
-(:mod:`crawler.recovery`), ``engines reparse`` (:mod:`crawler.reparse`) and ``engines
-import`` (:func:`crawler.bundle.parse_imported`) all turn a response into answers with
+(:mod:`archive.recovery`), ``engines reparse`` (:mod:`archive.reparse`) and ``engines
+import`` (:func:`archive.bundle.parse_imported`) all turn a response into answers with
 :func:`outcome` (or :func:`outcomes`, a batch of them), and write what it gives with
 :func:`write_outcomes` (reparse decides its own supersessions, but writes the same rows).
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from crawler.outcome import Parsed, outcomes, write_outcomes
+from archive.outcome import Parsed, outcomes, write_outcomes
 from store.models import Exchange, ParseOutcome
 from store.types import utcnow
 
@@ -16,8 +16,8 @@ def recover_unparsed(db, eng: Any, *, min_age: float) -> int:
     configuration and epoch) that a killed run never parsed (no network needed); the
     number of texts answered.
 
-    In batches of 500 exchanges, each parsed (:func:`crawler.outcome.outcomes`) and written
-    (:func:`crawler.outcome.write_outcomes`) in one transaction with the garbage collector
+    In batches of 500 exchanges, each parsed (:func:`archive.outcome.outcomes`) and written
+    (:func:`archive.outcome.write_outcomes`) in one transaction with the garbage collector
     paused (one transaction per exchange made recovering 10,000 bodies take 15 s); a body
     outside ``min_age`` may be another worker's being parsed right now. An outage body
     answers nothing: its texts stay due and the crawl sends them again.

@@ -1,13 +1,13 @@
 """Import: a WARC bundle (ours, or another tool's) into the database, all or nothing.
 
-One pass over the records (crawler.bundle.records reads and verifies them), pairing each
-request with its response (crawler.bundle.pairing), inside one transaction: exchanges are
+One pass over the records (archive.bundle.records reads and verifies them), pairing each
+request with its response (archive.bundle.pairing), inside one transaction: exchanges are
 written in batches, keyed by (configuration, request fingerprint, send time, attempt), so
 importing twice adds nothing; then the imported exchanges are parsed into answers
-(crawler.bundle.parse) in the same transaction. Our records name their configuration
+(archive.bundle.parse) in the same transaction. Our records name their configuration
 (``WARC-Engines-Config``, described in the warcinfo record and checked by
-crawler.bundle.checks); another tool's are recognised by their engine's adapter
-(crawler.bundle.foreign).
+archive.bundle.checks); another tool's are recognised by their engine's adapter
+(archive.bundle.foreign).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 
-from crawler.bundle import records
-from crawler.bundle.checks import _check_identity, _expected_host, _int_in, _our_fields, _restore_headers, _url_belongs
-from crawler.bundle.foreign import _foreign_identity, _known_hosts
-from crawler.bundle.pairing import Pairing
-from crawler.bundle.parse import Feed, Row, parse_imported
-from crawler.bundle.records import _Rec
-from crawler.bundle.warc import _BATCH, H_CONFIG, BadBundle, ImportSummary, _parse_date, fingerprint
+from archive.bundle import records
+from archive.bundle.checks import _check_identity, _expected_host, _int_in, _our_fields, _restore_headers, _url_belongs
+from archive.bundle.foreign import _foreign_identity, _known_hosts
+from archive.bundle.pairing import Pairing
+from archive.bundle.parse import Feed, Row, parse_imported
+from archive.bundle.records import _Rec
+from archive.bundle.warc import _BATCH, H_CONFIG, BadBundle, ImportSummary, _parse_date, fingerprint
 from store.errors import InputError, UserError
 from store.models import Crawl, EngineConfig, Epoch, Exchange
 from store.types import utcnow
@@ -242,7 +242,7 @@ class _Import:
     def foreign(self, req: _Rec, method: str) -> tuple | None:
         """The same for another tool's request to an engine's public host; None (unpaired) when
         it is not an engine's request."""
-        from crawler.plan import current_epoch
+        from store.epochs import current_epoch
         from engines.base import config_hash
 
         engine = self.hosts.get(urlsplit(req.uri).netloc)

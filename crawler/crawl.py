@@ -45,7 +45,7 @@ from crawler.options import (EXIT_ALREADY_CRAWLING, EXIT_ENGINE_BROKEN, EXIT_OK,
                              CrawlSummary, EngineResult)
 from crawler.pacing import DbLedger, SystemClock
 from crawler.progress import EtaEstimator, Reporter, RichReporter, eta, fmt_clock, fmt_duration, summary_lines
-from crawler.recovery import recover_unparsed
+from archive.recovery import recover_unparsed
 from crawler.setup import CrawlEngine, build_fetchers, check_secrets_over_tls
 from crawler.setup import resolve_engines as _resolve_engines
 from crawler.writer import Writer

@@ -39,7 +39,7 @@ class ImportSummary:
     foreign: int = 0
     configs: set[int] = field(default_factory=set)
     # Reading, verifying and inserting the exchanges (one transaction), and parsing them into answers
-    # as they are inserted (crawler.bundle.parse.Feed: all but the last batch) ...
+    # as they are inserted (archive.bundle.parse.Feed: all but the last batch) ...
     seconds_archive: float = 0.0
     seconds_parse: float = 0.0  # ... then the last batch, any other unparsed exchange, and the commit
 

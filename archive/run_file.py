@@ -3,7 +3,7 @@
 A TREC ``qid Q0 docno rank score tag`` file (plain or ``.gz``), its order the rank column,
 its DOCNOs read back through our export's ``docnos.tsv`` when there is one; or JSONL
 ``{"qid"|"query": ..., "ranked": [names]}``. All or nothing: an error names the first bad
-line. :mod:`crawler.runs` matches the lists to a benchmark and writes them.
+line. :mod:`archive.runs` matches the lists to a benchmark and writes them.
 """
 
 from __future__ import annotations

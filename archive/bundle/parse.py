@@ -1,7 +1,7 @@
-"""Parsing imported exchanges into answers with the current parsers (crawler.bundle).
+"""Parsing imported exchanges into answers with the current parsers (archive.bundle).
 
-Two ways in, one parse and one write (:func:`_write_batch`: :func:`crawler.outcome.outcomes`
-in reparse's parser, :func:`crawler.outcome.write_outcomes`): :class:`Feed` parses the
+Two ways in, one parse and one write (:func:`_write_batch`: :func:`archive.outcome.outcomes`
+in reparse's parser, :func:`archive.outcome.write_outcomes`): :class:`Feed` parses the
 exchanges an import has just inserted, batch by batch, while the import reads on (their
 bodies are still in memory: read back from the database they cost as much as the parse);
 :func:`parse_imported` parses whatever 2xx exchange of the imported configurations is
@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from crawler.bundle.warc import _BATCH, ImportSummary
+from archive.bundle.warc import _BATCH, ImportSummary
 from store.models import EngineConfig, Exchange, ParseOutcome
 
 
@@ -38,10 +38,10 @@ def _unparsed(cid: int) -> tuple:
 
 def _write_batch(conn: sa.Connection, cid: int, adapter, batch: list, results: list, summary: ImportSummary) -> None:
     """Outcomes, answers and hits of one parsed batch (``results``: the outcomes of ``batch``), as the
-    crawler writes them (:func:`crawler.outcome.write_outcomes`: an answer already current for the
+    crawler writes them (:func:`archive.outcome.write_outcomes`: an answer already current for the
     text stays, fetch once). A failed parse as the crawler records it; an outage body (Loogle
     "Restarting") too."""
-    from crawler.outcome import Parsed, write_outcomes
+    from archive.outcome import Parsed, write_outcomes
     from store.benchmarks import query_sha256
     from store.writes import paused_gc
 
@@ -55,7 +55,7 @@ def _write_batch(conn: sa.Connection, cid: int, adapter, batch: list, results: l
 class Feed:
     """Parses exchanges as the import inserts them, in the import's transaction (``conn``): each
     batch's parse is started when it is added (in reparse's worker process once there are
-    many, crawler.reparse._Parser) and written when the next one comes, so the parse runs
+    many, archive.reparse._Parser) and written when the next one comes, so the parse runs
     while the import reads the next records. Only for a configuration with no unparsed
     exchange stored before the import (:meth:`takes`): otherwise the older ones come first
     (fetch once) and :func:`parse_imported` does all of that configuration's afterwards."""
@@ -86,7 +86,7 @@ class Feed:
     def add(self, cid: int, rows: list[Row]) -> None:
         """Start the parse of ``rows`` (just inserted exchanges of ``cid``, in id order), and write
         the batch before it."""
-        from crawler.reparse import WORKER_MIN, _Parser, spare_core
+        from archive.reparse import WORKER_MIN, _Parser, spare_core
 
         rows = [r for r in rows if r.status_code is not None and 200 <= r.status_code < 300]
         if not rows:
@@ -131,12 +131,12 @@ def parse_imported(db, summary: ImportSummary, *, into=None, adapters: dict[int,
     in the transaction of connection ``into`` when given, else one transaction per batch.
 
     As the crawler writes them (:func:`_write_batch`), 500 exchanges at a time, their parse in
-    reparse's worker process while the previous batch is written (crawler.reparse._Parser)
+    reparse's worker process while the previous batch is written (archive.reparse._Parser)
     when there are many and a core is free.
     """
     from contextlib import nullcontext
 
-    from crawler.reparse import WORKER_MIN, _Parser, spare_core
+    from archive.reparse import WORKER_MIN, _Parser, spare_core
     from engines.registry import adapter_for_config
 
     if summary.configs:

@@ -8,9 +8,9 @@ MAX_HELD_BYTES of bodies.
 
 from __future__ import annotations
 
-from crawler.bundle import records
-from crawler.bundle.records import _Rec
-from crawler.bundle.warc import H_CONFIG, BadBundle
+from archive.bundle import records
+from archive.bundle.records import _Rec
+from archive.bundle.warc import H_CONFIG, BadBundle
 
 
 class Pairing:

@@ -40,7 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from crawler.outcome import OUTAGE, Outcome, outcomes
+from archive.outcome import OUTAGE, Outcome, outcomes
 from store.errors import InputError, UserError
 from store.models import Answer, EngineConfig, Exchange, Hit, ParseOutcome, Position, WorkLease
 from store.writes import answer_row, insert_answers, paused_gc
@@ -206,7 +206,7 @@ class _Parser:
             self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
 
     def submit(self, rows) -> Callable[[], list[Outcome]]:
-        """The outcomes (:func:`crawler.outcome.outcomes`) of the exchanges ``rows``, when called."""
+        """The outcomes (:func:`archive.outcome.outcomes`) of the exchanges ``rows``, when called."""
         items = [(r.query_texts, r.status_code, r.response_headers, r.response_body) for r in rows]
         if self.pool is None:
             return lambda: outcomes(self.adapter, items)
@@ -329,7 +329,7 @@ def reparse(
 
     ``only`` (configuration id -> exchange ids) re-parses exactly those exchanges of those
     configurations, even when the current parser version parsed them already (healing answers
-    whose hits were lost: :mod:`crawler.heal`)."""
+    whose hits were lost: :mod:`archive.heal`)."""
     from engines.registry import ENGINES
 
     wanted = [e.lower() for e in engines or []]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from crawler.bundle.warc import H_CONFIG, BadBundle
+from archive.bundle.warc import H_CONFIG, BadBundle
 
 MAX_RECORD_BYTES = 32 * 2**20
 MAX_TOTAL_RATIO = 100
