@@ -28,7 +28,7 @@ TARGETS = 2
 
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory) -> tuple[Path, str]:
-    from scoring.demo import run_demo
+    from pipelines.demo import run_demo
 
     out = tmp_path_factory.mktemp("demo-bundle")
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("ENGINES_")}
@@ -49,7 +49,7 @@ def _export(url: str, out: Path) -> Path:
 def _prepare(url: str, *, corpus: bool = True) -> None:
     """What the demo scores with: MathlibQR, the slice and the demo's cut."""
     from benchmarks import SLICE_CORPUS, SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION, shipped_path
-    from scoring.demo import demo_cut
+    from pipelines.demo import demo_cut
     from store.benchmarks import load_benchmark_file
     from store.corpus import load_corpus
 

@@ -2,7 +2,7 @@
 
 Rows are streamed from the database (a server-side cursor on PostgreSQL) and records
 written to ``<name>.part``, renamed to the bundle's name only when complete. Publishing
-(scoring.publish) writes its records with the same pieces (:func:`_warcinfo_fields`,
+(pipelines.publish) writes its records with the same pieces (:func:`_warcinfo_fields`,
 :func:`_write_exchange`, :func:`exchange_columns`).
 """
 

@@ -1,4 +1,4 @@
-"""``engines demo``: the whole pipeline offline (the pipeline is :mod:`scoring.demo`)."""
+"""``engines demo``: the whole pipeline offline (the pipeline is :mod:`pipelines.demo`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ except ImportError:  # pragma: no cover
 
 from cli.commands.common import info, progress_counter
 from scoring import view
-from scoring.demo import run_demo
+from pipelines.demo import run_demo
 from store.errors import UserError
 
 

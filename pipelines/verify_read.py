@@ -3,7 +3,7 @@
 The bundle is hostile input: every resource record is bounded in size before it is read
 (decompressed bytes, not the compressed length), JSON is bounded in nesting depth, and
 the corpus is streamed to a temporary file, never held in memory. Any damage is a
-:class:`CannotVerify` (one line, exit 2) before anything is loaded. :mod:`scoring.verify`
+:class:`CannotVerify` (one line, exit 2) before anything is loaded. :mod:`pipelines.verify`
 re-derives the claim from what :func:`read_contents` returns.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scoring.publish import FORMAT, H_META, H_OPTIONS, H_ROLE, H_RUN
+from pipelines.publish import FORMAT, H_META, H_OPTIONS, H_ROLE, H_RUN
 from store.errors import UserError
 
 # Upper bounds on what verify reads from a bundle (decompressed bytes).

@@ -21,7 +21,7 @@ of each scored remote configuration and epoch, failures included, followed by
 The warcinfo adds to the export's lines the tool version, each engine's parser version
 and every hash (claim, runs, benchmark, corpora, files). ``engines import`` reads such a
 bundle as any other (resource records are not exchanges); ``engines verify``
-(:mod:`scoring.verify`) re-derives the claim from it.
+(:mod:`pipelines.verify`) re-derives the claim from it.
 """
 
 from __future__ import annotations

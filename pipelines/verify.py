@@ -9,7 +9,7 @@ It then scores with exactly the options the claim records and compares every num
 field of the score JSON, as serialised, with the claim's — except timestamps, the code
 version and latencies. A system missing from either side is a difference.
 
-The bundle is hostile input: :mod:`scoring.verify_read` reads it, every record bounded
+The bundle is hostile input: :mod:`pipelines.verify_read` reads it, every record bounded
 in size and digest-checked, JSON bounded in nesting depth, the corpus streamed to a
 temporary file.
 """
@@ -24,8 +24,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from scoring.publish import OPTION_KEYS, find_corpus_file, read_run, run_score
-from scoring.verify_read import CannotVerify, Contents, load_json, read_contents
+from pipelines.publish import OPTION_KEYS, find_corpus_file, read_run, run_score
+from pipelines.verify_read import CannotVerify, Contents, load_json, read_contents
 from store.errors import InputError
 
 # Fields that are not figures: when and by what the claim was made, and latencies.

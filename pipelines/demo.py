@@ -257,7 +257,7 @@ def run_demo(
 def _publish(db: Any, result: DemoResult, options: dict[str, Any], say: Callable[[str], None]) -> None:
     """The leaderboard bundle beside the report (engines publish); the report names its sha256
     and the verify command. A failure is a note: the report is still written."""
-    from scoring.publish import publish_bundle, score_options
+    from pipelines.publish import publish_bundle, score_options
 
     path = result.out_dir / "leaderboard.warc.gz"
     try:
