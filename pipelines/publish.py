@@ -35,7 +35,7 @@ from typing import Any, Iterable, Iterator
 
 import sqlalchemy as sa
 
-from store.corpus_source import sha256_file
+from store.corpus.source import sha256_file
 from store.errors import InputError
 
 FORMAT = "engines.leaderboard/1"

@@ -71,7 +71,7 @@ def db_current(ctx: typer.Context) -> None:
 @db_app.command("reader")
 def db_reader(ctx: typer.Context) -> None:
     """Create or repair the read-only role engines sql runs with (PostgreSQL; needs the right to create roles)."""
-    from store.reader import READER_ROLE, setup_reader
+    from store.sql import READER_ROLE, setup_reader
 
     db = get_db(ctx)
     if db.dialect != "postgresql":

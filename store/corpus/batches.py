@@ -1,6 +1,6 @@
 """The corpus loader's fast path: a corpus file → batches of ``declarations`` rows, ready to insert.
 
-The same rows as :func:`store.corpus_parse.parse_row` (the reference, beside this module)
+The same rows as :func:`store.corpus.rows.parse_row` (the reference, beside this module)
 without its intermediate dict: one C getter per distinct key order, json's C encoder built
 once, the C scanner without json.loads' Python layers, and on PostgreSQL COPY text
 formatted here. Any row off the fast shape, and every error, goes through the reference.
@@ -18,7 +18,7 @@ from operator import is_not, itemgetter
 from pathlib import Path
 from typing import Any, Iterator
 
-from store.corpus_parse import KNOWN_KEYS, open_text, parse_row
+from store.corpus.rows import KNOWN_KEYS, open_text, parse_row
 from store.errors import InputError
 
 BATCH_ROWS = 5000

@@ -1,6 +1,6 @@
 """The read-only SQL runner behind ``engines sql``: one query against the cache, safe to hand to colleagues.
 
-The protection is in the database, not in parsing the text (``store.reader``): on
+The protection is in the database, not in parsing the text (``store.sql.readonly``): on
 SQLite a ``mode=ro`` connection with an authorizer, on PostgreSQL a security-definer
 function owned by the ``engines_reader`` role inside a READ ONLY transaction. The
 checks here (one statement, a query keyword first) only give a clearer message.
@@ -171,7 +171,7 @@ def _sqlite_path(url: sa.URL) -> Path:
 
 def run_sqlite(path: Path, query: str, *, timeout: float, max_rows: int) -> tuple[list[str], list[tuple], bool]:
     denied: list[str] = []
-    from store.reader import sqlite_connect_read_only
+    from store.sql.readonly import sqlite_connect_read_only
 
     try:
         # Waiting for another process's lock counts against --timeout too.
@@ -253,7 +253,7 @@ def run_postgres(url: str, query: str, *, timeout: float, max_rows: int) -> tupl
     import psycopg
 
     from store import db as dbmod
-    from store.reader import FIX_HINT, FUNCTION, READER_ROLE, reader_problem
+    from store.sql.readonly import FIX_HINT, FUNCTION, READER_ROLE, reader_problem
 
     engine = dbmod.create_db_engine(url)
     try:

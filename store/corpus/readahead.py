@@ -8,7 +8,7 @@ from typing import Any, Iterator
 
 
 class ReadAhead:
-    """:func:`store.corpus_fast.iter_batches` in a thread of its own, a few batches ahead
+    """:func:`store.corpus.batches.iter_batches` in a thread of its own, a few batches ahead
     of the thread that inserts them: parsing (Python) runs while SQLite inserts with the
     GIL released, or while PostgreSQL works on the COPY data already sent. Batches and the
     reader's error come out in file order, so the first error is the one a serial load

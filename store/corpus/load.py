@@ -1,14 +1,8 @@
-"""Corpus loading: LeanSearch v2 corpus JSONL (plain or gzip, local or ``hf://``) into ``declarations``.
+"""Corpus loading and lookup: a corpus file into ``declarations`` in one transaction; a stored corpus by name.
 
-A corpus is identified by (name, revision, sha256 of the file). Loading streams the
-file in batches inside one transaction, so memory stays bounded and a failure
-leaves nothing behind. Names are not unique and are all kept (every copy is a gold).
-
-This module is the loader and the corpus lookup; the pieces live beside it and their
-public names are importable from here too: where the file comes from
-(:mod:`store.corpus_source`), the row reader of reference (:mod:`store.corpus_parse`),
-the fast path that turns lines into insertable batches (:mod:`store.corpus_fast`) and
-the thread that reads ahead (:mod:`store.corpus_thread`).
+Loading streams the file in batches inside one transaction, so memory stays bounded and
+a failure leaves nothing behind. Names are not unique and are all kept (every copy is a
+gold). The pieces it drives live beside it in :mod:`store.corpus`.
 """
 
 from __future__ import annotations
@@ -20,19 +14,13 @@ from typing import Any, Callable
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from store.corpus_fast import BATCH_ROWS, DECL_COLUMNS, Tally, iter_batches
-from store.corpus_parse import KNOWN_KEYS, iter_rows, parse_row
-from store.corpus_source import HF_PATTERN, CorpusSource, resolve_source, sha256_file
-from store.corpus_thread import ReadAhead
+from store.corpus.batches import DECL_COLUMNS, Tally, iter_batches
+from store.corpus.readahead import ReadAhead
+from store.corpus.source import resolve_source, sha256_file
 from store.db import Database
 from store.errors import InputError
 from store.models import Corpus
 from store.types import utcnow
-
-__all__ = [
-    "BATCH_ROWS", "HF_PATTERN", "KNOWN_KEYS", "LOCAL_REVISION", "CorpusSource", "LoadResult", "find_corpus",
-    "iter_rows", "load_corpus", "parse_row", "pick_corpus", "resolve_source", "sha256_file",
-]
 
 _SQLITE_ROWS_PER_INSERT = 500
 LOCAL_REVISION = "local"
@@ -56,7 +44,7 @@ def _insert_sql(conn: sa.Connection) -> str:
 
 
 def _bulk_inserter(conn: sa.Connection) -> Callable[[Any], None]:
-    """A function taking batches from :func:`store.corpus_fast.iter_batches`.
+    """A function taking batches from :func:`store.corpus.batches.iter_batches`.
 
     PostgreSQL: a COPY per batch fed preformatted text (``write_row`` per row cost more
     than the server's own work; a COPY per batch, as before, reports a bad value at the
