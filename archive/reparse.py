@@ -190,7 +190,7 @@ def spare_core() -> bool:
     return cores >= 2 and os.getloadavg()[0] <= cores - 1
 
 
-class _Parser:
+class Parser:
     """Parses batches in one spawned worker process while this one writes the previous batch
     (two cores instead of one), or here when there is little to do, the adapter cannot be sent
     to a process, or the worker died: whatever goes wrong over there, the batch is parsed again
@@ -359,7 +359,7 @@ def reparse(
             pending = _pending_ids(db, cfg.id, adapter.parser_version,
                                    None if only is None else only[cfg.id])
             batches = list(_batches(pending, batch, BATCH_BYTES))
-            parser = _Parser(adapter, worker=len(pending) >= WORKER_MIN and spare_core())
+            parser = Parser(adapter, worker=len(pending) >= WORKER_MIN and spare_core())
 
             def read(ids: list[int]):
                 """The batch's exchanges, and its parse started (in the worker while this one writes)."""

@@ -1,7 +1,7 @@
 """``engines publish``: one WARC/1.1 file that holds everything a leaderboard's numbers need.
 
 The bundle is an ``engines export`` bundle (warcinfo, then request/response or metadata
-records per exchange, written by :func:`archive.bundle._write_exchange`) of every exchange
+records per exchange, written by :class:`archive.bundle.BundleWriter`) of every exchange
 of each scored remote configuration and epoch, failures included, followed by
 ``resource`` records (format ``engines.leaderboard/1``):
 
@@ -83,7 +83,7 @@ def claim_bytes(doc: dict[str, Any]) -> bytes:
 
 
 def _is_file_spec(spec: str) -> bool:
-    """As scoring.scope._names_of decides: a name-list file, else a corpus in the database."""
+    """As scoring.scope.names_of decides: a name-list file, else a corpus in the database."""
     path = Path(spec).expanduser()
     return path.suffix in (".txt", ".json", ".lst") or path.exists()
 
@@ -237,9 +237,7 @@ class PublishSummary:
 
 
 def _resource(writer, role: str, name: str, data: bytes, content_type: str, headers: dict[str, str]) -> None:
-    rec = writer.create_warc_record(f"{URN}{role}:{name}", "resource", payload=io.BytesIO(data), length=len(data),
-                                    warc_content_type=content_type, warc_headers_dict={H_ROLE: role, **headers})
-    writer.write_record(rec)
+    writer.write_resource(f"{URN}{role}:{name}", io.BytesIO(data), len(data), content_type, {H_ROLE: role, **headers})
 
 
 def _hdr(obj: Any) -> str:
@@ -307,7 +305,7 @@ def _read_parts(db, doc: dict[str, Any], local: list[dict[str, Any]], remote: li
                 corpus_specs: list[str]) -> _Parts:
     """From the database: the remote configurations, the benchmark and subset dumps, the
     corpora and the run records of the local systems."""
-    from archive.bundle import _warcinfo_fields
+    from archive.bundle import warcinfo_fields
     from store.corpus import pick_corpus
     from store.models import Benchmark, EngineConfig, Query
 
@@ -318,7 +316,7 @@ def _read_parts(db, doc: dict[str, Any], local: list[dict[str, Any]], remote: li
             .order_by(EngineConfig.id)).scalars())
         parts.epoch_sel = {c.id: sorted({x["epoch"] for x in remote if x["config_hash"] == c.config_hash})
                            for c in configs}
-        parts.info = _warcinfo_fields(s, configs, parts.epoch_sel) if configs else b""
+        parts.info = warcinfo_fields(s, configs, parts.epoch_sel) if configs else b""
         for c in configs:
             s.expunge(c)
         parts.configs = configs
@@ -341,7 +339,7 @@ def _read_parts(db, doc: dict[str, Any], local: list[dict[str, Any]], remote: li
 def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -> None:
     """A local or imported system's run record (and an imported run's original file, when
     it is still there with its recorded sha256)."""
-    from archive.bundle import _warc_date
+    from archive.bundle import warc_date
     from store.models import Answer, EngineConfig, Epoch, Hit
 
     cfg = s.execute(sa.select(EngineConfig).where(EngineConfig.config_hash == sysdoc["config_hash"])).scalar_one()
@@ -350,7 +348,7 @@ def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -
              "params": cfg.params, "label": cfg.label, "local": bool(cfg.local), "result_cap": cfg.result_cap,
              "licence": cfg.licence, "epoch": sysdoc["epoch"],
              "epoch_label": ep.label if ep else None,
-             "epoch_started": _warc_date(ep.started_at) if ep and ep.started_at else None}
+             "epoch_started": warc_date(ep.started_at) if ep and ep.started_at else None}
     answers = s.execute(sa.select(Answer.id, Answer.query_sha256, Answer.dropped_items).where(
         Answer.config_id == cfg.id, Answer.epoch == sysdoc["epoch"], ~Answer.superseded)
         .order_by(Answer.id)).all()
@@ -419,11 +417,9 @@ def _warcinfo(parts: _Parts, claim: bytes, options: dict[str, Any], with_corpus:
         lines.append("file: " + _hdr({"role": role, "spec": spec, "sha256": _sha(data)}))
     info = parts.info
     if not info:
-        from archive.bundle import BUNDLE_FORMAT, _warc_date
-        from store.types import utcnow
+        from archive.bundle import software_fields
 
-        info = (f"software: engines/{code_version()}\r\nformat: {BUNDLE_FORMAT}\r\nconformsTo: WARC/1.1\r\n"
-                f"created: {_warc_date(utcnow())}\r\n").encode()
+        info = ("\r\n".join(software_fields()) + "\r\n").encode("utf-8")
     return info + ("\r\n".join(lines) + "\r\n").encode("utf-8")
 
 
@@ -431,45 +427,22 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
                   options: dict[str, Any], summary: PublishSummary, progress):
     """Write the bundle to ``path.part``, then into place; its sha256 and size into ``summary``.
     Returns the export's summary (exchanges written)."""
-    from warcio.warcwriter import WARCWriter
+    from archive.bundle import BundleWriter
 
-    from archive.bundle import ExportSummary, _write_exchange, exchange_columns
-    from store.models import Exchange
-
-    ex = Exchange.__table__
-    cols = exchange_columns()
-    tmp = path.with_name(path.name + ".part")
-    exported = ExportSummary(path=path)
-    try:
-        with open(tmp, "wb") as fh:
-            writer = WARCWriter(fh, gzip=path.name.endswith(".gz"), warc_version="WARC/1.1")
-            writer.write_record(writer.create_warc_record(
-                path.name, "warcinfo", payload=io.BytesIO(info), length=len(info),
-                warc_content_type="application/warc-fields", warc_headers_dict={"WARC-Filename": path.name}))
-            _write_resources(writer, parts, claim, doc, options)
-            for c in parts.configs:
-                for epoch in parts.epoch_sel[c.id]:
-                    q = sa.select(*cols).where(ex.c.config_id == c.id, ex.c.epoch == epoch).order_by(ex.c.sent_at, ex.c.id)
-                    with db.engine.connect() as conn:
-                        for row in conn.execution_options(stream_results=True, yield_per=1000).execute(q):
-                            _write_exchange(writer, row, c.config_hash, exported)
-                            if progress is not None:
-                                progress(exported.exchanges)
-            for k, p in parts.embed:
-                size = p.stat().st_size
-                with open(p, "rb") as cf:
-                    rec = writer.create_warc_record(
-                        f"{URN}corpus:{k['name']}@{k['revision']}", "resource", payload=cf, length=size,
-                        warc_content_type="application/gzip" if p.name.endswith(".gz") else "application/jsonl",
-                        warc_headers_dict={H_ROLE: "corpus", H_META: _hdr({**k, "file": p.name})})
-                    writer.write_record(rec)
-        summary.sha256 = sha256_file(tmp)
-        summary.bytes = tmp.stat().st_size
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return exported
+    with BundleWriter(path, info) as writer:
+        _write_resources(writer, parts, claim, doc, options)
+        for c in parts.configs:
+            for epoch in parts.epoch_sel[c.id]:
+                writer.write_exchanges(db, c.id, c.config_hash, [epoch], progress)
+        for k, p in parts.embed:
+            with open(p, "rb") as cf:
+                writer.write_resource(
+                    f"{URN}corpus:{k['name']}@{k['revision']}", cf, p.stat().st_size,
+                    "application/gzip" if p.name.endswith(".gz") else "application/jsonl",
+                    {H_ROLE: "corpus", H_META: _hdr({**k, "file": p.name})})
+    summary.sha256 = sha256_file(path)
+    summary.bytes = writer.summary.bytes
+    return writer.summary
 
 
 def _write_resources(writer, parts: _Parts, claim: bytes, doc: dict[str, Any], options: dict[str, Any]) -> None:

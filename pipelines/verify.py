@@ -131,11 +131,11 @@ def _load_runs(db, runs: list[tuple[dict[str, Any], bytes]], qid_text: dict[str,
                                     result_cap=ident.get("result_cap"), licence=ident.get("licence"))
                 s.flush()
                 if ident.get("epoch_label") or ident.get("epoch_started"):
-                    from archive.bundle import _parse_date
+                    from archive.bundle import parse_warc_date
 
                     if s.get(Epoch, (cfg.id, epoch)) is None:
                         s.add(Epoch(config_id=cfg.id, epoch=epoch, label=ident.get("epoch_label"),
-                                    started_at=_parse_date(ident["epoch_started"]) if ident.get("epoch_started") else None))
+                                    started_at=parse_warc_date(ident["epoch_started"]) if ident.get("epoch_started") else None))
                 rows = []
                 for qid, ranked, dropped in read_run(data, where):
                     text = qid_text.get(qid)

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from scoring.metrics import K_MAX
-from scoring.resolve import RESOLVED, _chunks
+from scoring.resolve import RESOLVED, chunked
 from store.models import Answer, GoldName, GoldUnit, Hit, Position, Query
 from store.types import utcnow
 
@@ -128,7 +128,7 @@ def ensure_positions(
     shas = list(by_sha)
     answers: dict[int, str] = {}
     last_fetch = None
-    for chunk in _chunks(shas):
+    for chunk in chunked(shas):
         for aid, sha, fetched in session.execute(
             sa.select(a.c.id, a.c.query_sha256, a.c.fetched_at).where(
                 a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded
@@ -143,7 +143,7 @@ def ensure_positions(
     if not force:
         stored: set[int] = set()
         oldest = None
-        for chunk in _chunks(query_ids):
+        for chunk in chunked(query_ids):
             for qid, computed in session.execute(
                 sa.select(p.c.query_id, sa.func.min(p.c.computed_at))
                 .where(p.c.config_id == config_id, p.c.epoch == epoch, p.c.corpus_id == corpus_id, p.c.query_id.in_(chunk))
@@ -157,7 +157,7 @@ def ensure_positions(
     ranked: dict[int, list[tuple[int, str]]] = {}
     n_retrieved: dict[int, int] = {}
     answer_ids = list(answers)
-    for chunk in _chunks(answer_ids):
+    for chunk in chunked(answer_ids):
         for aid, n in session.execute(
             sa.select(h.c.answer_id, sa.func.count()).where(h.c.answer_id.in_(chunk), h.c.rank <= k_max).group_by(h.c.answer_id)
         ):
@@ -190,7 +190,7 @@ def ensure_positions(
                         "computed_at": now,
                     }
                 )
-    for chunk in _chunks(query_ids):
+    for chunk in chunked(query_ids):
         session.execute(
             sa.delete(p).where(
                 p.c.config_id == config_id, p.c.epoch == epoch, p.c.corpus_id == corpus_id, p.c.query_id.in_(chunk)
@@ -207,7 +207,7 @@ def read_positions(
     """Stored positions: query id → ({gold unit id: pos or None}, n_retrieved)."""
     p = Position.__table__
     out: dict[int, tuple[dict[int, int | None], int]] = {}
-    for chunk in _chunks(list(query_ids)):
+    for chunk in chunked(list(query_ids)):
         for qid, unit_id, pos, n_ret in session.execute(
             sa.select(p.c.query_id, p.c.gold_unit_id, p.c.pos, p.c.n_retrieved).where(
                 p.c.config_id == config_id, p.c.epoch == epoch, p.c.corpus_id == corpus_id, p.c.query_id.in_(chunk)

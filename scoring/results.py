@@ -35,7 +35,7 @@ from scoring.positions import ensure_positions, read_positions
 from scoring.profiles import COMPARE_METRICS, PROFILES, Profile, Ranks, RunContext, SystemContext, get_profile
 from scoring.resolve import NOT_IN_CORPUS, RESOLVED, resolution_counts, resolve_hits
 from scoring.scope import Scope, build_scope, read_name_list
-from scoring.systems import DISPLAY_NAMES, Selection, SystemRef, _dropped_items, _latencies, ambiguous, match_systems, select
+from scoring.systems import DISPLAY_NAMES, Selection, SystemRef, dropped_item_count, answer_latencies, ambiguous, match_systems, select
 from store.benchmarks import find_benchmark
 from store.corpus import pick_corpus
 from store.db import Database
@@ -130,7 +130,7 @@ class ScoreResult:
         raise KeyError(sid)
 
     def to_json(self) -> dict[str, Any]:
-        return _clean(
+        return json_safe(
             {
                 "schema": SCHEMA,
                 "generated_at": self.generated_at,
@@ -152,12 +152,12 @@ class ScoreResult:
         )
 
 
-def _clean(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """JSON-safe: NaN → None, numpy scalars → Python."""
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, (np.floating, float)):
         f = float(obj)
         return None if math.isnan(f) or math.isinf(f) else f
@@ -274,8 +274,8 @@ def _system_context(
         stored = read_positions(s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
                                 query_ids=[q.id for q, _ in mine])
         res_counts = resolution_counts(s, corp.id, ref.config_id, ref.epoch, sorted({q.sha for q, _ in mine}), run.k_max)
-        latencies = _latencies(s, ref, sorted({q.sha for q, _ in mine}))
-        res_counts = {**res_counts, "dropped_items": _dropped_items(s, ref, sorted({q.sha for q, _ in mine}))}
+        latencies = answer_latencies(s, ref, sorted({q.sha for q, _ in mine}))
+        res_counts = {**res_counts, "dropped_items": dropped_item_count(s, ref, sorted({q.sha for q, _ in mine}))}
         extra = recompute(s, config_id=ref.config_id, epoch=ref.epoch, affected=scope.affected, k_max=run.k_max)
     return SystemContext(run=run, ref=ref, scored=mine, stored=stored, boot=mine_boot, dropped=mine_dropped,
                          res_counts=res_counts, latencies=latencies, snapshot=sel.snap_names.get(ref.id),

@@ -229,7 +229,8 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def _check_reachable(engine: Engine) -> None:
+def check_reachable(engine: Engine) -> None:
+    """Connect once; an unreachable server or a file that is not a database is one :class:`UserError` line."""
     try:
         with engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
@@ -272,7 +273,7 @@ def upgrade(engine: Engine, *, backup: bool = True, target: str = "head") -> Upg
     from alembic.script import ScriptDirectory
     from alembic.util.exc import CommandError
 
-    _check_reachable(engine)
+    check_reachable(engine)
     script = ScriptDirectory(str(MIGRATIONS_DIR))
     head = script.get_current_head() if target == "head" else target
     with _migration_lock(engine):
@@ -384,7 +385,7 @@ def open_database(url: str | None = None, *, migrate: bool = True) -> Database:
             res = upgrade(engine)
             upgraded = res if res.changed else None
         else:
-            _check_reachable(engine)
+            check_reachable(engine)
     except BaseException:
         engine.dispose()  # no connection (nor SQLite -wal/-shm files) left open behind an error
         raise

@@ -138,13 +138,13 @@ def test_worker_process_writes_what_parsing_here_writes(tmp_path: Path, v2, monk
     monkeypatch.setattr(rp, "WORKER_MIN", 0)
     monkeypatch.setattr(rp, "spare_core", lambda: True)  # whatever the machine's load
     started = []
-    real = rp._Parser.__init__
+    real = rp.Parser.__init__
 
     def spy(self, adapter, worker):
         real(self, adapter, worker)
         started.append(self.pool is not None)
 
-    monkeypatch.setattr(rp._Parser, "__init__", spy)
+    monkeypatch.setattr(rp.Parser, "__init__", spy)
     b = _reparse(there, batch=7)
     assert started == [True]  # the worker process ran
     assert a.results[0] == b.results[0]

@@ -42,26 +42,29 @@ The rooms: :mod:`archive.bundle.warc` (the format's header names, dates, fingerp
 decompression caps), :mod:`~archive.bundle.pairing`, :mod:`~archive.bundle.checks`
 (identity and header checks), :mod:`~archive.bundle.foreign` (another tool's requests, read
 by the engine's adapter), :mod:`~archive.bundle.importer` and :mod:`~archive.bundle.parse`
-(answers from the imported exchanges). Their public names are importable from here.
+(answers from the imported exchanges). Their public names are importable from here: the one
+writer (:class:`BundleWriter`, used by export and ``engines publish``), the one bounded record
+reader (:func:`read_records`, used by import) and the date form (:func:`warc_date`,
+:func:`parse_warc_date`).
 """
 
 from __future__ import annotations
 
-from archive.bundle.export import ExportSummary, _warcinfo_fields, _write_exchange, exchange_columns, export_bundle
+from archive.bundle.export import BundleWriter, ExportSummary, export_bundle, software_fields, warcinfo_fields
 from archive.bundle.importer import import_bundle
 from archive.bundle.parse import parse_imported
 from archive.bundle.records import (
-    MAX_HELD_BYTES, MAX_RECORD_BYTES, MAX_TOTAL_RATIO, MIN_TOTAL_BYTES, _Rec, _records,
+    MAX_HELD_BYTES, MAX_RECORD_BYTES, MAX_TOTAL_RATIO, MIN_TOTAL_BYTES, Record, read_records,
 )
 from archive.bundle.warc import (
     BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, BadBundle, ImportSummary,
-    _parse_date, _warc_date, fingerprint,
+    parse_warc_date, warc_date, fingerprint,
 )
 
 __all__ = [
     "BUNDLE_FORMAT", "H_ATTEMPT", "H_CONFIG", "H_ELAPSED", "H_EPOCH", "H_FINISHED", "H_TEXTS", "ORIG",
     "MAX_HELD_BYTES", "MAX_RECORD_BYTES", "MAX_TOTAL_RATIO", "MIN_TOTAL_BYTES",
-    "BadBundle", "ExportSummary", "ImportSummary", "exchange_columns", "export_bundle", "fingerprint",
-    "import_bundle", "parse_imported",
-    "_Rec", "_parse_date", "_records", "_warc_date", "_warcinfo_fields", "_write_exchange",
+    "BadBundle", "BundleWriter", "ExportSummary", "ImportSummary", "Record", "export_bundle", "fingerprint",
+    "import_bundle", "parse_imported", "parse_warc_date", "read_records", "software_fields", "warc_date",
+    "warcinfo_fields",
 ]

@@ -9,11 +9,11 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
-from archive.bundle.records import _Rec
-from archive.bundle.warc import H_ATTEMPT, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, BadBundle, _parse_date
+from archive.bundle.records import Record
+from archive.bundle.warc import H_ATTEMPT, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, BadBundle, parse_warc_date
 
 
-def _restore_headers(pairs: list[tuple[str, str]], ours: bool) -> dict[str, str]:
+def restore_headers(pairs: list[tuple[str, str]], ours: bool) -> dict[str, str]:
     out: dict[str, str] = {}
     if ours:
         for k, v in pairs:
@@ -30,7 +30,7 @@ def _restore_headers(pairs: list[tuple[str, str]], ours: bool) -> dict[str, str]
     return out
 
 
-def _int_in(value: Any, low: int, name: str) -> int:
+def int_in(value: Any, low: int, name: str) -> int:
     """An integer column value in low..2**31-1 (a bigger one would fail the INSERT on PostgreSQL)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ValueError(f"{name} {value!r} is not an integer")
@@ -40,7 +40,7 @@ def _int_in(value: Any, low: int, name: str) -> int:
     return n
 
 
-def _our_fields(req: _Rec, label: str) -> tuple[int, int, list[str], float | None, dt.datetime | None]:
+def our_fields(req: Record, label: str) -> tuple[int, int, list[str], float | None, dt.datetime | None]:
     """Epoch, attempt, query texts, elapsed ms and finish time from our headers; BadBundle names
     the record and the header when one of them is not what ``export`` writes."""
     import math
@@ -48,9 +48,9 @@ def _our_fields(req: _Rec, label: str) -> tuple[int, int, list[str], float | Non
     name = ""
     try:
         name = H_EPOCH
-        epoch = _int_in(req.headers.get(H_EPOCH, "0"), 0, "epoch")
+        epoch = int_in(req.headers.get(H_EPOCH, "0"), 0, "epoch")
         name = H_ATTEMPT
-        attempt = _int_in(req.headers.get(H_ATTEMPT, "1"), 1, "attempt")
+        attempt = int_in(req.headers.get(H_ATTEMPT, "1"), 1, "attempt")
         name = H_TEXTS
         texts = json.loads(req.headers.get(H_TEXTS, "[]"))
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
@@ -60,14 +60,14 @@ def _our_fields(req: _Rec, label: str) -> tuple[int, int, list[str], float | Non
         if elapsed is not None and not math.isfinite(elapsed):
             raise ValueError("not a finite number")
         name = H_FINISHED
-        finished = _parse_date(req.headers[H_FINISHED]) if H_FINISHED in req.headers else None
+        finished = parse_warc_date(req.headers[H_FINISHED]) if H_FINISHED in req.headers else None
     except (ValueError, TypeError) as exc:
         raise BadBundle(f"{label}: {req.name()} has a bad {name} value {str(req.headers.get(name))[:60]!r} "
                         f"({str(exc)[:80]}); nothing was imported") from None
     return epoch, attempt, texts, elapsed, finished
 
 
-def _check_identity(c: Any, h: str, label: str) -> None:
+def check_identity(c: Any, h: str, label: str) -> None:
     """A configuration a bundle describes must be what its hash says: the hash recomputed from
     its parameters, the engine and endpoint version those of the parameters, a known engine."""
     from engines.base import config_hash
@@ -108,7 +108,7 @@ def _origin(url: str) -> tuple[str, str, int | None] | None:
     return (p.scheme, (p.hostname or "").lower(), port)
 
 
-def _expected_host(engine: str, params: dict[str, Any]) -> str:
+def expected_host(engine: str, params: dict[str, Any]) -> str:
     from engines.registry import ENGINES
 
     if "stand_in" in params:
@@ -117,7 +117,7 @@ def _expected_host(engine: str, params: dict[str, Any]) -> str:
     return urlsplit(base).netloc or base
 
 
-def _url_belongs(engine: str, params: dict[str, Any], url: str) -> bool:
+def url_belongs(engine: str, params: dict[str, Any], url: str) -> bool:
     """Whether an exchange's target URL is one its configuration sends to: the configuration's
     base URL (or the engine's public one); a stand-in configuration, any loopback port."""
     from engines.registry import ENGINES

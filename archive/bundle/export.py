@@ -1,9 +1,9 @@
 """Export: the selected exchanges of the database as a WARC/1.1 bundle (archive.bundle).
 
 Rows are streamed from the database (a server-side cursor on PostgreSQL) and records
-written to ``<name>.part``, renamed to the bundle's name only when complete. Publishing
-(pipelines.publish) writes its records with the same pieces (:func:`_warcinfo_fields`,
-:func:`_write_exchange`, :func:`exchange_columns`).
+written to ``<name>.part``, renamed to the bundle's name only when complete. The one
+writer of bundles is :class:`BundleWriter`; export and publish (pipelines.publish) both
+write through it, with the warcinfo fields of :func:`warcinfo_fields`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import sqlalchemy as sa
 
 from archive.bundle.warc import (
-    _MOVED, BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, _warc_date,
+    BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, MOVED, ORIG, warc_date,
 )
 from store.errors import InputError
 from store.models import Benchmark, Corpus, EngineConfig, Epoch, Exchange
@@ -90,16 +90,23 @@ def _http_response_block(status: int, headers: dict[str, Any], body_len: int):
         reason = "Unknown"
     out = []
     for k, v in headers.items():
-        out.append((ORIG + k if k.lower() in _MOVED else k, str(v)))
+        out.append((ORIG + k if k.lower() in MOVED else k, str(v)))
     out.append(("Content-Length", str(body_len)))
     return StatusAndHeaders(f"{status} {reason}", out, protocol="HTTP/1.1")
 
 
-def _warcinfo_fields(session, configs: list[EngineConfig], epoch_sel: dict[int, list[int] | None]) -> bytes:
+def software_fields() -> list[str]:
+    """The warcinfo lines every bundle starts with: tool and version, format, WARC version, creation time."""
     from engines import code_version
 
-    lines = [f"software: engines/{code_version()}", f"format: {BUNDLE_FORMAT}", "conformsTo: WARC/1.1",
-             f"created: {_warc_date(utcnow())}"]
+    return [f"software: engines/{code_version()}", f"format: {BUNDLE_FORMAT}", "conformsTo: WARC/1.1",
+            f"created: {warc_date(utcnow())}"]
+
+
+def warcinfo_fields(session, configs: list[EngineConfig], epoch_sel: dict[int, list[int] | None]) -> bytes:
+    """The export's warcinfo block: :func:`software_fields`, then every configuration with its
+    selected epochs (``epoch_sel``: config id → epochs, None for all), the loaded benchmarks and corpora."""
+    lines = software_fields()
     for c in configs:
         lines.append("config: " + json.dumps({
             "config_hash": c.config_hash, "engine": c.engine, "endpoint_version": c.endpoint_version,
@@ -110,7 +117,7 @@ def _warcinfo_fields(session, configs: list[EngineConfig], epoch_sel: dict[int, 
             if want is None or e.epoch in want:
                 lines.append("epoch: " + json.dumps({
                     "config_hash": c.config_hash, "epoch": e.epoch, "label": e.label,
-                    "started_at": _warc_date(e.started_at) if e.started_at else None,
+                    "started_at": warc_date(e.started_at) if e.started_at else None,
                 }, sort_keys=True, ensure_ascii=True))
     for b in session.execute(sa.select(Benchmark).order_by(Benchmark.name)).scalars():
         lines.append("benchmark: " + json.dumps({"name": b.name, "sha256": b.sha256}, ensure_ascii=True))
@@ -125,52 +132,91 @@ def export_bundle(
     progress=None,
 ) -> ExportSummary:
     """Write the selected exchanges as a WARC/1.1 bundle (gzip per record if the name ends in .gz)."""
-    from warcio.warcwriter import WARCWriter
-
     path = Path(out)
     if not path.parent.exists():
         raise InputError(f"directory {path.parent} for --out {path} does not exist; create it first")
-    summary = ExportSummary(path=path)
-    tmp = path.with_name(path.name + ".part")
     with db.session() as s:
         configs = _select_configs(s, engines)
         if not configs:
             raise InputError("no remote engine configurations in this database: nothing to export (crawl first)")
         epoch_sel = _epoch_filter(s, configs, epochs)
-        info = _warcinfo_fields(s, configs, epoch_sel)
-    hashes = {c.id: c.config_hash for c in configs}
-    ex = Exchange.__table__
-    cols = exchange_columns()
-    try:
-        with open(tmp, "wb") as fh:
-            writer = WARCWriter(fh, gzip=path.name.endswith(".gz"), warc_version="WARC/1.1")
-            rec = writer.create_warc_record(path.name, "warcinfo", payload=io.BytesIO(info), length=len(info),
-                                            warc_content_type="application/warc-fields",
-                                            warc_headers_dict={"WARC-Filename": path.name})
-            writer.write_record(rec)
-            summary.records += 1
-            for cid in hashes:
-                q = sa.select(*cols).where(ex.c.config_id == cid).order_by(ex.c.sent_at, ex.c.id)
-                if epoch_sel[cid] is not None:
-                    q = q.where(ex.c.epoch.in_(epoch_sel[cid] or [-1]))
-                # A server-side cursor on PostgreSQL, batches on SQLite: never the whole table in memory.
-                with db.engine.connect() as conn:
-                    result = conn.execution_options(stream_results=True, yield_per=1000).execute(q)
-                    for row in result:
-                        _write_exchange(writer, row, hashes[cid], summary)
-                        if progress is not None:
-                            progress(summary.exchanges)
-        summary.configs = len(hashes)
-        summary.bytes = tmp.stat().st_size
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return summary
+        info = warcinfo_fields(s, configs, epoch_sel)
+    with BundleWriter(path, info) as writer:
+        for c in configs:
+            writer.write_exchanges(db, c.id, c.config_hash, epoch_sel[c.id], progress)
+    writer.summary.configs = len(configs)
+    return writer.summary
+
+
+class BundleWriter:
+    """The one writer of bundles (``engines export`` and ``engines publish``).
+
+    ``with BundleWriter(path, info) as w:`` opens ``<path>.part`` and writes the warcinfo
+    record (``info``: its ``application/warc-fields`` block); :meth:`write_exchanges` and
+    :meth:`write_exchange` add request/response (or metadata) pairs, :meth:`write_resource`
+    a resource record. Leaving the block without an error moves the file into place;
+    with one, the partial file is removed. ``summary`` counts what was written (records,
+    exchanges, transport errors, bytes). Gzip per record when the name ends in ``.gz``.
+    """
+
+    def __init__(self, path: str | Path, info: bytes):
+        self.path = Path(path)
+        self.info = info
+        self.summary = ExportSummary(path=self.path)
+        self._tmp = self.path.with_name(self.path.name + ".part")
+        self._fh = None
+        self._writer = None
+
+    def __enter__(self) -> "BundleWriter":
+        from warcio.warcwriter import WARCWriter
+
+        self._fh = open(self._tmp, "wb")
+        self._writer = WARCWriter(self._fh, gzip=self.path.name.endswith(".gz"), warc_version="WARC/1.1")
+        rec = self._writer.create_warc_record(self.path.name, "warcinfo", payload=io.BytesIO(self.info),
+                                              length=len(self.info), warc_content_type="application/warc-fields",
+                                              warc_headers_dict={"WARC-Filename": self.path.name})
+        self._writer.write_record(rec)
+        self.summary.records += 1
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._fh.close()
+            if exc_type is None:
+                self.summary.bytes = self._tmp.stat().st_size
+                self._tmp.replace(self.path)
+        finally:
+            if self._tmp.exists():
+                self._tmp.unlink()
+
+    def write_exchanges(self, db, config_id: int, config_hash: str, epochs: Sequence[int] | None = None,
+                        progress=None) -> None:
+        """Every exchange of the configuration (of ``epochs`` only, unless None), in send order,
+        streamed: a server-side cursor on PostgreSQL, batches on SQLite, never the whole table in memory."""
+        ex = Exchange.__table__
+        q = sa.select(*exchange_columns()).where(ex.c.config_id == config_id).order_by(ex.c.sent_at, ex.c.id)
+        if epochs is not None:
+            q = q.where(ex.c.epoch.in_(epochs or [-1]))
+        with db.engine.connect() as conn:
+            for row in conn.execution_options(stream_results=True, yield_per=1000).execute(q):
+                self.write_exchange(row, config_hash)
+                if progress is not None:
+                    progress(self.summary.exchanges)
+
+    def write_exchange(self, row, config_hash: str) -> None:
+        """One exchange (a row with :func:`exchange_columns`) as its request and response (or metadata) records."""
+        _write_exchange(self._writer, row, config_hash, self.summary)
+
+    def write_resource(self, uri: str, payload, length: int, content_type: str, headers: dict[str, str]) -> None:
+        """One ``resource`` record: ``payload`` a binary stream of ``length`` bytes."""
+        self._writer.write_record(self._writer.create_warc_record(
+            uri, "resource", payload=payload, length=length, warc_content_type=content_type,
+            warc_headers_dict=headers))
+        self.summary.records += 1
 
 
 def exchange_columns() -> list:
-    """The exchange columns :func:`_write_exchange` reads (export and publish select these)."""
+    """The exchange columns :meth:`BundleWriter.write_exchange` reads."""
     ex = Exchange.__table__
     return [ex.c.id, ex.c.config_id, ex.c.attempt, ex.c.epoch, ex.c.query_texts, ex.c.method, ex.c.url,
             ex.c.request_headers, ex.c.request_body, ex.c.status_code, ex.c.response_headers, ex.c.response_body,
@@ -179,7 +225,7 @@ def exchange_columns() -> list:
 
 def _write_exchange(writer, row, config_hash: str, summary: ExportSummary) -> None:
     url = row.url
-    date = _warc_date(row.sent_at)
+    date = warc_date(row.sent_at)
     req_body = bytes(row.request_body) if row.request_body is not None else b""
     meta = {
         "WARC-Date": date,
@@ -191,7 +237,7 @@ def _write_exchange(writer, row, config_hash: str, summary: ExportSummary) -> No
     if row.elapsed_ms is not None:
         meta[H_ELAPSED] = repr(float(row.elapsed_ms))
     if row.finished_at is not None:
-        meta[H_FINISHED] = _warc_date(row.finished_at)
+        meta[H_FINISHED] = warc_date(row.finished_at)
     req = writer.create_warc_record(
         url, "request", payload=io.BytesIO(req_body), length=len(req_body),
         http_headers=_http_request_block(row.method, url, dict(row.request_headers or {})),

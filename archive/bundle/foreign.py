@@ -1,6 +1,6 @@
 """Recognising the requests of a WARC written by another tool (a capture proxy, a crawler).
 
-Which engine: the one whose public host the request targets (:func:`_known_hosts`); only
+Which engine: the one whose public host the request targets (:func:`known_hosts`); only
 that engine's adapter reads the request, with its ``read_request``, the inverse of its
 ``build_request`` (engines.base). What it asked for: the texts that adapter gives back,
 and the configuration the engine's default one with the parameters the request shows
@@ -19,14 +19,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 
-def _known_hosts() -> dict[str, str]:
+def known_hosts() -> dict[str, str]:
     """Public host of each engine → its name."""
     from engines.registry import ENGINES
 
     return {urlsplit(cls.DEFAULT_URL).netloc: name for name, cls in ENGINES.items()}
 
 
-def _foreign_identity(engine: str, method: str, url: str, body: bytes) -> tuple[Any, list[str]]:
+def foreign_identity(engine: str, method: str, url: str, body: bytes) -> tuple[Any, list[str]]:
     """(adapter, query texts) of a request another tool archived to ``engine``'s public host:
     (None, []) when it is not a request that engine's adapter builds. A request of its shape
     with a value it cannot take raises (ValueError, TypeError or the adapter's InputError)."""

@@ -23,12 +23,12 @@ from urllib.parse import urlsplit
 import sqlalchemy as sa
 
 from archive.bundle import records
-from archive.bundle.checks import _check_identity, _expected_host, _int_in, _our_fields, _restore_headers, _url_belongs
-from archive.bundle.foreign import _foreign_identity, _known_hosts
+from archive.bundle.checks import check_identity, expected_host, int_in, our_fields, restore_headers, url_belongs
+from archive.bundle.foreign import foreign_identity, known_hosts
 from archive.bundle.pairing import Pairing
 from archive.bundle.parse import Feed, Row, parse_imported
-from archive.bundle.records import _Rec
-from archive.bundle.warc import _BATCH, H_CONFIG, BadBundle, ImportSummary, _parse_date, fingerprint
+from archive.bundle.records import Record
+from archive.bundle.warc import IMPORT_BATCH, H_CONFIG, BadBundle, ImportSummary, parse_warc_date, fingerprint
 from store.errors import InputError, UserError
 from store.models import Crawl, EngineConfig, Epoch, Exchange
 from store.types import utcnow
@@ -73,7 +73,7 @@ class _Import:
     def __init__(self, db, s, label: str, summary: ImportSummary, crawl_id: int, progress) -> None:
         self.db, self.s, self.label, self.summary = db, s, label, summary
         self.crawl_id, self.progress = crawl_id, progress
-        self.hosts = _known_hosts()
+        self.hosts = known_hosts()
         self.configs_by_hash: dict[str, int] = {}
         self.adapters: dict[int, Any] = {}  # config id -> its rebuilt adapter (checked before its exchanges are written)
         self.config_meta: dict[int, tuple[str, dict[str, Any]]] = {}  # config id → (engine, params)
@@ -88,7 +88,7 @@ class _Import:
         """Every record of the file: warcinfo lines kept, pairs written as exchanges."""
         label, summary = self.label, self.summary
         pairing = Pairing(label)
-        for rec in records._records(fh, label, size):
+        for rec in records.read_records(fh, label, size):
             summary.records += 1
             if rec.type == "warcinfo":
                 self.warcinfo(rec)
@@ -107,7 +107,7 @@ class _Import:
             summary.unpaired += 1
         self.flush()
 
-    def warcinfo(self, rec: _Rec) -> None:
+    def warcinfo(self, rec: Record) -> None:
         """The configurations and epochs a warcinfo record describes (checked when used)."""
         for line in rec.body.decode("utf-8", "replace").splitlines():
             key, _, value = line.partition(":")
@@ -118,14 +118,14 @@ class _Import:
                 if key == "config":
                     self.info_configs[str(c["config_hash"])] = c
                 else:
-                    _int_in(c["epoch"], 0, "epoch")
-                    c["started_at"] and _parse_date(c["started_at"])
+                    int_in(c["epoch"], 0, "epoch")
+                    c["started_at"] and parse_warc_date(c["started_at"])
                     self.info_epochs.append(c)
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise BadBundle(f"{self.label}: {rec.name()} has a bad {key!r} line ({type(exc).__name__}: "
                                 f"{str(exc)[:120]}): {value.strip()[:80]!r}; nothing was imported") from None
 
-    def config_id_for(self, h: str, rec: _Rec) -> int:
+    def config_id_for(self, h: str, rec: Record) -> int:
         """The id of configuration ``h`` (stored, or added from the warcinfo record), its adapter rebuilt."""
         if h in self.configs_by_hash:
             return self.configs_by_hash[h]
@@ -141,7 +141,7 @@ class _Import:
             raise BadBundle(f"{label}: {rec.name()} names configuration {h[:12]} that the warcinfo record "
                             "does not describe; nothing was imported")
         if stored is None:
-            _check_identity(c, h, label)
+            check_identity(c, h, label)
         try:
             adapter = adapter_for_config(c["engine"], c.get("params"))
         except UserError as exc:
@@ -209,7 +209,7 @@ class _Import:
         self.rows.clear()
         self.held = 0
 
-    def exchange(self, req: _Rec, second: _Rec) -> None:
+    def exchange(self, req: Record, second: Record) -> None:
         """One request and its response (or transport-error metadata) as an exchange row."""
         method = req.http_line.strip().upper()
         h = req.headers.get(H_CONFIG)
@@ -223,23 +223,23 @@ class _Import:
         self.rows.append(row)
         self.summary.exchanges_read += 1
         self.held += len(row["response_body"] or b"") + len(row["request_body"] or b"")
-        if len(self.rows) >= _BATCH or self.held > records.MAX_HELD_BYTES:
+        if len(self.rows) >= IMPORT_BATCH or self.held > records.MAX_HELD_BYTES:
             self.flush()
             if self.progress is not None:
                 self.progress(self.summary.exchanges_read)
 
-    def ours(self, req: _Rec, h: str) -> tuple:
+    def ours(self, req: Record, h: str) -> tuple:
         """(config id, epoch, attempt, texts, elapsed, finished, True) of a request we exported."""
         cid = self.config_id_for(h, req)
-        if not _url_belongs(*self.config_meta[cid], req.uri):
+        if not url_belongs(*self.config_meta[cid], req.uri):
             engine, params = self.config_meta[cid]
             raise BadBundle(f"{self.label}: {req.name()} is filed under configuration {h[:12]} ({engine}) but "
                             f"targets {urlsplit(req.uri).netloc or repr(req.uri)[:80]}, not that configuration's "
-                            f"host ({_expected_host(engine, params)}); nothing was imported")
-        epoch, attempt, texts, elapsed, finished = _our_fields(req, self.label)
+                            f"host ({expected_host(engine, params)}); nothing was imported")
+        epoch, attempt, texts, elapsed, finished = our_fields(req, self.label)
         return cid, epoch, attempt, texts, elapsed, finished, True
 
-    def foreign(self, req: _Rec, method: str) -> tuple | None:
+    def foreign(self, req: Record, method: str) -> tuple | None:
         """The same for another tool's request to an engine's public host; None (unpaired) when
         it is not an engine's request."""
         from store.epochs import current_epoch
@@ -250,7 +250,7 @@ class _Import:
             self.summary.unpaired += 1  # not an engine exchange: ignored
             return None
         try:
-            adapter, texts = _foreign_identity(engine, method, req.uri, req.body)
+            adapter, texts = foreign_identity(engine, method, req.uri, req.body)
         except (ValueError, TypeError, AttributeError, UserError) as exc:
             raise BadBundle(f"{self.label}: {req.name()}: its request cannot be read as a {engine} query "
                             f"({str(exc)[:160]}); nothing was imported") from None
@@ -269,12 +269,12 @@ class _Import:
         self.summary.foreign += 1
         return cid, self.epoch_of_foreign[cid], 1, texts, None, None, False
 
-    def request_row(self, req: _Rec, method: str, cid: int, epoch: int, attempt: int, texts: list[str],
+    def request_row(self, req: Record, method: str, cid: int, epoch: int, attempt: int, texts: list[str],
                     elapsed, finished, ours: bool) -> dict[str, Any]:
         """The exchange row of a request (its response fields still empty)."""
         body = req.body or None
         try:
-            sent_at = _parse_date(req.date)
+            sent_at = parse_warc_date(req.date)
         except (ValueError, TypeError):
             raise BadBundle(f"{self.label}: {req.name()} has a bad WARC-Date {req.date[:40]!r} (want an ISO 8601 "
                             "time); nothing was imported") from None
@@ -288,7 +288,7 @@ class _Import:
             "transport_error": None, "body_truncated": False,
         }
 
-    def response_fields(self, row: dict[str, Any], second: _Rec, ours: bool) -> None:
+    def response_fields(self, row: dict[str, Any], second: Record, ours: bool) -> None:
         """The response (or transport error) of ``second`` into ``row``."""
         if second.type == "metadata":
             try:
@@ -301,7 +301,7 @@ class _Import:
             row["status_code"] = int(second.http_line.split()[0])
         except (IndexError, ValueError):
             raise BadBundle(f"{self.label}: {second.name()} has no HTTP status line; nothing was imported") from None
-        row["response_headers"] = _restore_headers(second.http_headers, ours)
+        row["response_headers"] = restore_headers(second.http_headers, ours)
         row["response_body"] = second.body
         row["body_truncated"] = bool(second.headers.get("WARC-Truncated"))
 
@@ -313,4 +313,4 @@ class _Import:
             if cid is None or s.get(Epoch, (cid, e["epoch"])) is not None:
                 continue
             s.add(Epoch(config_id=cid, epoch=e["epoch"], label=e.get("label"),
-                        started_at=_parse_date(e["started_at"]) if e.get("started_at") else None))
+                        started_at=parse_warc_date(e["started_at"]) if e.get("started_at") else None))

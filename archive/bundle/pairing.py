@@ -9,18 +9,18 @@ MAX_HELD_BYTES of bodies.
 from __future__ import annotations
 
 from archive.bundle import records
-from archive.bundle.records import _Rec
+from archive.bundle.records import Record
 from archive.bundle.warc import H_CONFIG, BadBundle
 
 
 class Pairing:
     def __init__(self, label: str) -> None:
         self.label = label
-        self.pending: dict[str, _Rec] = {}  # requests (or responses) waiting for their partner, by record id
+        self.pending: dict[str, Record] = {}  # requests (or responses) waiting for their partner, by record id
         self.by_uri: dict[tuple[str, bool], list[str]] = {}  # (URI, is a request) → pending record ids, in order
         self.held = 0  # body bytes in `pending`
 
-    def offer(self, rec: _Rec) -> tuple[_Rec, _Rec] | None:
+    def offer(self, rec: Record) -> tuple[Record, Record] | None:
         """(request, response or metadata) once ``rec`` completes a pair, else None (it waits,
         or it is a free-standing metadata record of another tool)."""
         partner_id = rec.headers.get("WARC-Concurrent-To")
@@ -44,7 +44,7 @@ class Pairing:
                             "nothing was imported")
         return req, second
 
-    def _wait(self, rec: _Rec) -> None:
+    def _wait(self, rec: Record) -> None:
         self.pending[rec.rid] = rec
         self.by_uri.setdefault((rec.uri, rec.type == "request"), []).append(rec.rid)
         self.held += len(rec.body)
@@ -53,6 +53,6 @@ class Pairing:
                             f"record, more than {records.MAX_HELD_BYTES // 2**20} MiB of bodies (a bundle keeps a "
                             "request next to its response); nothing was imported")
 
-    def leftovers(self) -> list[_Rec]:
+    def leftovers(self) -> list[Record]:
         """The records still waiting at the end of the file."""
         return list(self.pending.values())

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from archive.bundle.warc import _BATCH, ImportSummary
+from archive.bundle.warc import IMPORT_BATCH, ImportSummary
 from store.models import EngineConfig, Exchange, ParseOutcome
 
 
@@ -55,7 +55,7 @@ def _write_batch(conn: sa.Connection, cid: int, adapter, batch: list, results: l
 class Feed:
     """Parses exchanges as the import inserts them, in the import's transaction (``conn``): each
     batch's parse is started when it is added (in reparse's worker process once there are
-    many, archive.reparse._Parser) and written when the next one comes, so the parse runs
+    many, archive.reparse.Parser) and written when the next one comes, so the parse runs
     while the import reads the next records. Only for a configuration with no unparsed
     exchange stored before the import (:meth:`takes`): otherwise the older ones come first
     (fetch once) and :func:`parse_imported` does all of that configuration's afterwards."""
@@ -86,7 +86,7 @@ class Feed:
     def add(self, cid: int, rows: list[Row]) -> None:
         """Start the parse of ``rows`` (just inserted exchanges of ``cid``, in id order), and write
         the batch before it."""
-        from archive.reparse import WORKER_MIN, _Parser, spare_core
+        from archive.reparse import WORKER_MIN, Parser, spare_core
 
         rows = [r for r in rows if r.status_code is not None and 200 <= r.status_code < 300]
         if not rows:
@@ -103,7 +103,7 @@ class Feed:
                 parser.close()
             if self.fed[cid] >= WORKER_MIN:
                 self.grown.add(cid)
-            parser = self.parsers[cid] = _Parser(self.adapters[cid], worker=cid in self.grown and spare_core())
+            parser = self.parsers[cid] = Parser(self.adapters[cid], worker=cid in self.grown and spare_core())
         self.drain(cid)
         self.ahead[cid] = (rows, parser.submit(rows))
 
@@ -131,12 +131,12 @@ def parse_imported(db, summary: ImportSummary, *, into=None, adapters: dict[int,
     in the transaction of connection ``into`` when given, else one transaction per batch.
 
     As the crawler writes them (:func:`_write_batch`), 500 exchanges at a time, their parse in
-    reparse's worker process while the previous batch is written (archive.reparse._Parser)
+    reparse's worker process while the previous batch is written (archive.reparse.Parser)
     when there are many and a core is free.
     """
     from contextlib import nullcontext
 
-    from archive.reparse import WORKER_MIN, _Parser, spare_core
+    from archive.reparse import WORKER_MIN, Parser, spare_core
     from engines.registry import adapter_for_config
 
     if summary.configs:
@@ -152,14 +152,14 @@ def parse_imported(db, summary: ImportSummary, *, into=None, adapters: dict[int,
             todo = s.scalar(sa.select(sa.func.count()).select_from(Exchange).where(*unparsed))
         if not todo:
             continue
-        parser = _Parser(adapter, worker=todo >= WORKER_MIN and spare_core())
+        parser = Parser(adapter, worker=todo >= WORKER_MIN and spare_core())
 
         def read(after: int):
             with (nullcontext(into) if into is not None else db.session()) as s:
                 rows = s.execute(
                     sa.select(Exchange.id, Exchange.epoch, Exchange.query_texts, Exchange.status_code,
                               Exchange.response_headers, Exchange.response_body, Exchange.elapsed_ms)
-                    .where(Exchange.id > after, *unparsed).order_by(Exchange.id).limit(_BATCH)
+                    .where(Exchange.id > after, *unparsed).order_by(Exchange.id).limit(IMPORT_BATCH)
                 ).all()
             return (rows, parser.submit(rows)) if rows else None
 

@@ -23,7 +23,7 @@ MAX_HELD_BYTES = 64 * 2**20
 
 
 @dataclass
-class _Rec:
+class Record:
     index: int
     rid: str
     type: str
@@ -76,7 +76,7 @@ def _read_capped(stream, cap: int) -> bytes:
             raise _TooLarge(f"a body of more than {cap:,} bytes")
 
 
-def _records(fh, label: str, size: int = 0) -> Iterator[_Rec]:
+def read_records(fh, label: str, size: int = 0) -> Iterator[Record]:
     """Every record, fully read and digest-verified; BadBundle names the first bad one."""
     index = 0
     last = "the start of the file"
@@ -128,7 +128,7 @@ def _records(fh, label: str, size: int = 0) -> Iterator[_Rec]:
         if h.get_header(H_CONFIG) and not has_digest:
             raise BadBundle(f"{label}: {here} carries no digest; nothing was imported")
         hh = record.http_headers
-        yield _Rec(index, rid, rtype, uri, h.get_header("WARC-Date") or "", dict(h.headers),
+        yield Record(index, rid, rtype, uri, h.get_header("WARC-Date") or "", dict(h.headers),
                    (hh.protocol if rtype == "request" else hh.statusline) if hh is not None else "", list(hh.headers) if hh is not None else [], body)
         last = here
 

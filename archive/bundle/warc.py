@@ -18,8 +18,9 @@ H_TEXTS = "WARC-Engines-Query-Texts"
 H_ELAPSED = "WARC-Engines-Elapsed-Ms"
 H_FINISHED = "WARC-Engines-Finished-At"
 ORIG = "X-Archive-Orig-"
-_MOVED = ("content-length", "content-encoding", "transfer-encoding")
-_BATCH = 500
+# Response headers that no longer describe the stored (decoded) body: written as ORIG + name.
+MOVED = ("content-length", "content-encoding", "transfer-encoding")
+IMPORT_BATCH = 500  # exchanges an import reads (and parses) a batch
 
 
 class BadBundle(UserError):
@@ -44,11 +45,13 @@ class ImportSummary:
     seconds_parse: float = 0.0  # ... then the last batch, any other unparsed exchange, and the commit
 
 
-def _warc_date(t: dt.datetime) -> str:
+def warc_date(t: dt.datetime) -> str:
+    """A time as a bundle writes it (``WARC-Date``, warcinfo fields): UTC, microseconds, ``Z``."""
     return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse_date(text: str) -> dt.datetime:
+def parse_warc_date(text: str) -> dt.datetime:
+    """The inverse of :func:`warc_date` (a time without a zone is UTC)."""
     t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 

@@ -59,7 +59,7 @@ def db_current(ctx: typer.Context) -> None:
         return
     engine = dbmod.create_db_engine(url)
     try:
-        dbmod._check_reachable(engine)
+        dbmod.check_reachable(engine)
         rev = dbmod.current_revision(engine)
     finally:
         engine.dispose()

@@ -257,7 +257,7 @@ def run_postgres(url: str, query: str, *, timeout: float, max_rows: int) -> tupl
 
     engine = dbmod.create_db_engine(url)
     try:
-        dbmod._check_reachable(engine)
+        dbmod.check_reachable(engine)
         with engine.connect() as conn:
             try:
                 problem = reader_problem(conn)
