@@ -24,7 +24,8 @@ The rooms of a run: :mod:`crawler.options` (what a run is asked, what it reports
 (the SQLite crawl lock), :mod:`crawler.setup` (engines, configurations, epochs, queues,
 pacers and fetchers; the TLS secret check) and :mod:`crawler.loop` (an engine's request
 loops, the pause watcher). This module orchestrates them: the crawl's row, recovery,
-the run.
+the run. It is the only reader of :class:`CrawlOptions`: each room is handed the few
+values it uses.
 """
 
 from __future__ import annotations
@@ -46,8 +47,7 @@ from crawler.options import (EXIT_ALREADY_CRAWLING, EXIT_ENGINE_BROKEN, EXIT_OK,
 from crawler.pacing import DbLedger, SystemClock
 from crawler.progress import EtaEstimator, Reporter, RichReporter, eta, fmt_clock, fmt_duration, summary_lines
 from archive.recovery import recover_unparsed
-from crawler.setup import CrawlEngine, build_fetchers, check_secrets_over_tls
-from crawler.setup import resolve_engines as _resolve_engines
+from crawler.setup import CrawlEngine, build_fetchers, check_secrets_over_tls, resolve_engines
 from crawler.writer import Writer
 from store.epochs import settle_epoch
 from store.models import Crawl
@@ -57,7 +57,7 @@ from store.types import utcnow
 __all__ = [
     "AUTO_CONCURRENCY_MAX", "CLAIM_AHEAD", "CLAIM_CHUNK", "EXIT_ALREADY_CRAWLING", "EXIT_ENGINE_BROKEN", "EXIT_OK",
     "EXIT_WORK_REMAINS", "AlreadyCrawling", "CrawlLock", "CrawlOptions", "CrawlSummary", "EngineResult",
-    "EtaEstimator", "Reporter", "RichReporter", "_resolve_engines", "check_secrets_over_tls", "eta", "fmt_clock",
+    "EtaEstimator", "Reporter", "RichReporter", "check_secrets_over_tls", "crawl_engines", "eta", "fmt_clock",
     "fmt_duration", "host_pause", "recover_unparsed", "run_crawl", "run_crawl_async", "sqlite_path",
     "summary_lines",
 ]
@@ -103,12 +103,21 @@ def _finish_crawl(db, crawl_id: int, engines: list[CrawlEngine], summary: CrawlS
                                   "stopped": r.stopped, "epoch": r.epoch} for r in summary.results}
 
 
+def crawl_engines(db, opts: CrawlOptions, worker: str) -> list[CrawlEngine]:
+    """The run's engines (adapters, configurations, epochs, rates, queues) as ``opts`` asks."""
+    return resolve_engines(db, opts.engines, opts.bench, worker=worker, all_styles=opts.all_styles, urls=opts.urls,
+                           num_results=opts.num_results, timeout=opts.timeout, stand_ins=opts.stand_ins,
+                           rates=opts.rates, refresh=opts.refresh, refresh_if_older=opts.refresh_if_older,
+                           epoch_label=opts.epoch_label, sample=opts.sample, seed=opts.seed,
+                           lease_ttl=opts.lease_ttl)
+
+
 def _start_lines(fetchers, opts: CrawlOptions, reporter: Reporter) -> None:
     """Each engine's first progress line (and what recovery found)."""
     for eng, fetcher in fetchers:
         eng.result.counts = eng.queue.counts()
         reporter.start(eng.name, eng.result.counts, fetcher.pacer.interval, eng.adapter.batch_size,
-                       todo=texts_to_send(eng, opts))
+                       todo=texts_to_send(eng, opts.limit))
         if eng.result.recovered:
             reporter.log(f"{eng.name}: recovered {eng.result.recovered} answer(s) from archived "
                          "responses of an interrupted run")
@@ -118,8 +127,9 @@ async def _crawl_all(db, fetchers, opts: CrawlOptions, reporter: Reporter, stop_
                      writer: Writer, ledger: DbLedger) -> None:
     """Every engine's request loops at once, with the pause watcher; then the writer's last commits."""
     pauses: dict[str, float | None] = {}
-    loops = [EngineLoop(db, eng, f, opts, reporter, stop_at, pauses) for eng, f in fetchers]
-    watcher = asyncio.create_task(watch_pauses(loops, opts, reporter, pauses))
+    loops = [EngineLoop(db, eng, f, reporter, stop_at, pauses, limit=opts.limit, concurrency=opts.concurrency)
+             for eng, f in fetchers]
+    watcher = asyncio.create_task(watch_pauses(loops, reporter, pauses))
     try:
         await asyncio.gather(*(lp.run() for lp in loops))
     finally:
@@ -146,7 +156,7 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
     crawl_id: int | None = None
     writer: Writer | None = None
     try:
-        engines = _resolve_engines(db, opts, worker)
+        engines = crawl_engines(db, opts, worker)
         crawl_id = _open_crawl(db, opts, worker)
         # Under the SQLite crawl lock this process is the only crawler of the file: the pacing
         # window and the leases need no re-reading from the database before each send.
@@ -161,9 +171,9 @@ async def run_crawl_async(db, opts: CrawlOptions, reporter: Reporter | None = No
         limits = httpx.Limits(max_connections=conns, max_keepalive_connections=conns)
         async with httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False) as client:
             _recover(db, engines, opts, exclusive=lock is not None)
-            fetchers = build_fetchers(db, engines, opts, client=client, ledger=ledger, clock=SystemClock(),
-                                      worker=worker, stop_at=stop_at, crawl_id=crawl_id, writer=writer,
-                                      on_event=reporter.log)
+            fetchers = build_fetchers(db, engines, policy=opts.policy, margin=opts.margin, max_body=opts.max_body,
+                                      client=client, ledger=ledger, clock=SystemClock(), worker=worker,
+                                      stop_at=stop_at, crawl_id=crawl_id, writer=writer, on_event=reporter.log)
             _start_lines(fetchers, opts, reporter)
             await _crawl_all(db, fetchers, opts, reporter, stop_at, writer, ledger)
         summary = CrawlSummary([eng.result for eng in engines], time.time() - t_start, crawl_id)

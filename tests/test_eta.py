@@ -233,9 +233,9 @@ def test_the_pause_watcher_refreshes_an_engine_whose_last_requests_wait_out_a_pa
     opts = CrawlOptions(engines=["e"], bench="b", limit=8)
 
     async def one_round(in_flight: int) -> None:
-        loop = EngineLoop(None, eng, SimpleNamespace(pacer=pacer), opts, rep, None, {})
+        loop = EngineLoop(None, eng, SimpleNamespace(pacer=pacer), rep, None, {}, limit=opts.limit)
         loop.st.in_flight = in_flight
-        watcher = asyncio.create_task(watch_pauses([loop], opts, rep, {}, every=0.01))
+        watcher = asyncio.create_task(watch_pauses([loop], rep, {}, every=0.01))
         await asyncio.sleep(0.05)
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
