@@ -53,7 +53,7 @@ from store.epochs import settle_epoch
 from store.models import Crawl
 from store.types import utcnow
 
-# What callers import from here (the command line, scoring's demo, tests, perf).
+# What callers import from here (the command line, the demo pipeline, tests, perf).
 __all__ = [
     "AUTO_CONCURRENCY_MAX", "CLAIM_AHEAD", "CLAIM_CHUNK", "EXIT_ALREADY_CRAWLING", "EXIT_ENGINE_BROKEN", "EXIT_OK",
     "EXIT_WORK_REMAINS", "AlreadyCrawling", "CrawlLock", "CrawlOptions", "CrawlSummary", "EngineResult",

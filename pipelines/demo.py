@@ -16,6 +16,8 @@ only when nothing at all could be scored.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import sys
 import time
@@ -24,8 +26,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import sqlalchemy as sa
+
+from benchmarks import SLICE_CORPUS, SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
+from crawler.crawl import CrawlOptions, Reporter, RichReporter, run_crawl
 from engines.base import Rate
+from engines.emulate import StandIn
+from engines.emulate.apis import APIS
+from engines.emulate.scorer import ENGINE_WEIGHTS, LexicalIndex
+from engines.local.common import cache_root
+from engines.local.render import renderer_hash
+from engines.local.runner import run_bm25, run_dense
+from pipelines.publish import publish_bundle, score_options
+from scoring.document import build_score_json
+from scoring.report import render_report
+from store.benchmarks import find_benchmark, load_shipped
+from store.corpus import load_corpus, sha256_file
+from store.db import open_database, redact_url
 from store.errors import UserError
+from store.models import Benchmark, EngineConfig, GoldName, GoldUnit, Query, Subset, SubsetMember
+
 
 BANNER = "development slice — not a result"
 DEMO_BENCH = "mathlibqr"
@@ -118,13 +138,6 @@ def dense_vectors_cached() -> bool:
     demo says when it is about to do it; later runs reuse the vectors. Checked from the cache's
     meta.json files, without loading the model.
     """
-    import json
-
-    from benchmarks import SLICE_CORPUS
-    from engines.local.common import cache_root
-    from engines.local.render import renderer_hash
-    from store.corpus import sha256_file
-
     root = cache_root() / "dense"
     if not root.is_dir():
         return False
@@ -149,11 +162,6 @@ def run_demo(
     progress: Callable[..., Any] = _no_progress,
 ) -> DemoResult:
     """Run the demo pipeline; returns what was done (steps, DB URL, report path)."""
-    from benchmarks import SLICE_CORPUS, SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
-    from store.benchmarks import load_shipped
-    from store.corpus import load_corpus
-    from store.db import open_database, redact_url
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     url = db_url or f"sqlite:///{(out_dir / 'cache.db').resolve()}"
@@ -214,10 +222,6 @@ def run_demo(
             _run_step(result, f"run dense {DENSE_MODEL}", lambda: _run_dense(db, work_bench, result, progress), say=say)
 
         def score_and_report() -> str:
-            from scoring.report import render_report
-
-            from scoring.document import build_score_json
-
             if not result.config_ids:
                 raise _Skip("no system produced answers")
             corpus = f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}"
@@ -257,8 +261,6 @@ def run_demo(
 def _publish(db: Any, result: DemoResult, options: dict[str, Any], say: Callable[[str], None]) -> None:
     """The leaderboard bundle beside the report (engines publish); the report names its sha256
     and the verify command. A failure is a note: the report is still written."""
-    from pipelines.publish import publish_bundle, score_options
-
     path = result.out_dir / "leaderboard.warc.gz"
     try:
         s = publish_bundle(db, path, score_options(**options))
@@ -280,13 +282,6 @@ def demo_cut(db: Any, targets: int) -> tuple[str, str, int]:
     the crawler and the local runners have exactly those texts to do. Answers are keyed by
     query text, so what is fetched for the cut counts for the real benchmark (fetch once).
     """
-    import hashlib
-
-    import sqlalchemy as sa
-
-    from store.benchmarks import find_benchmark
-    from store.models import Benchmark, GoldName, GoldUnit, Query, Subset, SubsetMember
-
     bench = find_benchmark(db, DEMO_BENCH)
     with db.session() as s, s.begin():
         queries = s.execute(
@@ -334,10 +329,6 @@ def demo_cut(db: Any, targets: int) -> tuple[str, str, int]:
 def _system_keys(db: Any, config_ids: list[int]) -> list[str]:
     """Config-hash prefixes of this run's systems: the report shows exactly what the demo ran,
     even in a database holding other rows."""
-    import sqlalchemy as sa
-
-    from store.models import EngineConfig
-
     with db.session() as s:
         hashes = s.execute(sa.select(EngineConfig.config_hash).where(EngineConfig.id.in_(config_ids))).scalars()
         return [h[:16] for h in hashes]
@@ -345,10 +336,6 @@ def _system_keys(db: Any, config_ids: list[int]) -> list[str]:
 
 def _comparison_pair(db: Any, config_ids: list[int]) -> tuple[str, str] | None:
     """LeanSearch's stand-in against BM25, by label (the scorer's system id when unique)."""
-    import sqlalchemy as sa
-
-    from store.models import EngineConfig
-
     with db.session() as s:
         rows = s.execute(sa.select(EngineConfig.engine, EngineConfig.label).where(EngineConfig.id.in_(config_ids))).all()
     labels = {engine: label for engine, label in rows}
@@ -359,10 +346,6 @@ def _comparison_pair(db: Any, config_ids: list[int]) -> tuple[str, str] | None:
 
 
 def _slice_rows() -> list[dict[str, Any]]:
-    import json
-
-    from benchmarks import SLICE_CORPUS
-
     with open(SLICE_CORPUS, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
@@ -370,10 +353,6 @@ def _slice_rows() -> list[dict[str, Any]]:
 def _make_standin(engine: str, rows: list[dict[str, Any]], port: int):
     """A stand-in that ranks with its engine's own field weights (``ENGINE_WEIGHTS``), so the
     three demo rows differ for a reason: each engine leans on other fields of the corpus."""
-    from engines.emulate import StandIn
-    from engines.emulate.apis import APIS
-    from engines.emulate.scorer import ENGINE_WEIGHTS, LexicalIndex
-
     srv = StandIn(engine, corpus=rows, rate=STANDIN_RATE, seed=0, port=port)
     srv.index = LexicalIndex(srv.rows, ENGINE_WEIGHTS[engine])
     srv.api = APIS[engine](srv.index)
@@ -383,10 +362,6 @@ def _make_standin(engine: str, rows: list[dict[str, Any]], port: int):
 def standin_identity(engine: str) -> dict[str, Any]:
     """What makes a demo stand-in's answers what they are: the ranking and the corpus, not
     the loopback port it happened to get (so a re-run on another port sends nothing)."""
-    from benchmarks import SLICE_CORPUS
-    from engines.emulate.scorer import ENGINE_WEIGHTS
-    from store.corpus import sha256_file
-
     return {"kind": "engines demo", "weights": ENGINE_WEIGHTS[engine].tag(),
             "corpus_sha256": sha256_file(SLICE_CORPUS), "seed": 0}
 
@@ -408,8 +383,6 @@ def _standin(engine: str, rows: list[dict[str, Any]]):
 
 
 def _crawl_standins(db: Any, bench: str, result: DemoResult, say: Callable[[str], None]) -> str:
-    from crawler.crawl import CrawlOptions, Reporter, run_crawl
-
     rows = _slice_rows()
     urls: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
@@ -425,9 +398,6 @@ def _crawl_standins(db: Any, bench: str, result: DemoResult, say: Callable[[str]
             raise _Skip("no stand-in could start")
         opts = CrawlOptions(engines=list(urls), bench=bench, rates={"*": CRAWL_RATE}, urls=urls,
                             stand_ins={e: standin_identity(e) for e in urls})
-        import sys
-
-        from crawler.crawl import RichReporter
 
         summary = run_crawl(db, opts, RichReporter() if sys.stderr.isatty() else Reporter(every=10.0))
     notes = []
@@ -454,9 +424,6 @@ def _local_note(summary: Any) -> str:
 
 
 def _run_bm25(db: Any, bench: str, result: DemoResult, progress: Callable[..., Any]) -> str:
-    from benchmarks import SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
-    from engines.local.runner import run_bm25
-
     summary = run_bm25(db, bench=bench, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}",
                        progress=progress)
     result.config_ids.append(summary.config_id)
@@ -464,9 +431,6 @@ def _run_bm25(db: Any, bench: str, result: DemoResult, progress: Callable[..., A
 
 
 def _run_dense(db: Any, bench: str, result: DemoResult, progress: Callable[..., Any]) -> str:
-    from benchmarks import SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION
-    from engines.local.runner import run_dense
-
     summary = run_dense(db, model=DENSE_MODEL, bench=bench, corpus=f"{SLICE_CORPUS_NAME}@{SLICE_CORPUS_REVISION}",
                         query_format=DENSE_QUERY_FORMAT, progress=progress)
     result.config_ids.append(summary.config_id)

@@ -29,14 +29,24 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import sqlalchemy as sa
 
+from archive.bundle import BundleWriter, software_fields, warc_date, warcinfo_fields
+from benchmarks import SHIPPED_DIR
+from engines import code_version
+from engines.local.common import cache_root
+from engines.registry import ENGINES
+from scoring.results import score
+from store.corpus import pick_corpus, resolve_source, sha256_file
 from store.corpus.source import sha256_file
 from store.errors import InputError
+from store.models import Answer, Benchmark, EngineConfig, Epoch, GoldName, GoldUnit, Hit, Query, Subset, SubsetMember
+
 
 FORMAT = "engines.leaderboard/1"
 H_ROLE = "WARC-Engines-Role"
@@ -68,8 +78,6 @@ def score_options(**kw: Any) -> dict[str, Any]:
 
 def run_score(db, options: dict[str, Any]):
     """``scoring.results.score`` with recorded options."""
-    from scoring.results import score
-
     o = options
     return score(db, o["bench"], corpus=o["corpus"], subset=o["subset"], systems=o["systems"], by=o["by"],
                  compare=[tuple(p) for p in o["compare"]] if o["compare"] else None, profile=o["profile"],
@@ -131,8 +139,6 @@ def read_run(data: bytes, where: str) -> Iterator[tuple[str, list[str | None], i
 
 def benchmark_dump(session, bench_name: str) -> dict[str, Any]:
     """The benchmark as loaded: every query with its gold units (re-created by verify)."""
-    from store.models import Benchmark, GoldName, GoldUnit, Query
-
     b = session.execute(sa.select(Benchmark).where(Benchmark.name == bench_name)).scalar_one()
     units: dict[int, list[dict[str, Any]]] = {}
     names: dict[int, list[str]] = {}
@@ -154,8 +160,6 @@ def benchmark_dump(session, bench_name: str) -> dict[str, Any]:
 
 
 def subsets_dump(session) -> list[dict[str, Any]]:
-    from store.models import Subset, SubsetMember
-
     out = []
     for sub in session.execute(sa.select(Subset).order_by(Subset.name)).scalars():
         members = list(session.execute(sa.select(SubsetMember.member).where(SubsetMember.subset_id == sub.id)
@@ -170,15 +174,11 @@ def subsets_dump(session) -> list[dict[str, Any]]:
 
 def shipped_corpora() -> list[Path]:
     """Corpus files shipped with the package (found by sha256)."""
-    from benchmarks import SHIPPED_DIR
-
     return sorted(p for p in (SHIPPED_DIR / "data").glob("*/*") if p.name.endswith((".jsonl", ".jsonl.gz")))
 
 
 def cached_corpora() -> list[Path]:
     """Corpus files in the local cache: ENGINES_CACHE_DIR/corpora/ (any name; matched by sha256)."""
-    from engines.local.common import cache_root
-
     d = cache_root() / "corpora"
     return sorted(p for p in d.glob("*") if p.name.endswith((".jsonl", ".jsonl.gz"))) if d.is_dir() else []
 
@@ -186,16 +186,10 @@ def cached_corpora() -> list[Path]:
 def find_corpus_file(sha256: str, source: str | None, extra: Iterable[Path] = ()) -> Path | None:
     """A local file whose sha256 is ``sha256``: ``extra`` first, then the source path, the local
     Hugging Face cache (offline), the engines cache, and the corpora shipped with the package."""
-    import os
-
-    from store.corpus import sha256_file
-
     candidates: list[Path] = [Path(p) for p in extra]
     if source and not source.startswith("hf://"):
         candidates.append(Path(source).expanduser())
     if source and source.startswith("hf://"):
-        from store.corpus import resolve_source
-
         old = os.environ.get("HF_HUB_OFFLINE")
         os.environ["HF_HUB_OFFLINE"] = "1"
         try:
@@ -305,10 +299,6 @@ def _read_parts(db, doc: dict[str, Any], local: list[dict[str, Any]], remote: li
                 corpus_specs: list[str]) -> _Parts:
     """From the database: the remote configurations, the benchmark and subset dumps, the
     corpora and the run records of the local systems."""
-    from archive.bundle import warcinfo_fields
-    from store.corpus import pick_corpus
-    from store.models import Benchmark, EngineConfig, Query
-
     parts = _Parts()
     with db.session() as s:
         configs = list(s.execute(sa.select(EngineConfig).where(
@@ -339,9 +329,6 @@ def _read_parts(db, doc: dict[str, Any], local: list[dict[str, Any]], remote: li
 def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -> None:
     """A local or imported system's run record (and an imported run's original file, when
     it is still there with its recorded sha256)."""
-    from archive.bundle import warc_date
-    from store.models import Answer, EngineConfig, Epoch, Hit
-
     cfg = s.execute(sa.select(EngineConfig).where(EngineConfig.config_hash == sysdoc["config_hash"])).scalar_one()
     ep = s.get(Epoch, (cfg.id, sysdoc["epoch"]))
     ident = {"config_hash": cfg.config_hash, "engine": cfg.engine, "endpoint_version": cfg.endpoint_version,
@@ -401,9 +388,6 @@ def _embedded_corpora(corpora: list[dict[str, Any]]) -> list[tuple[dict[str, Any
 
 def _warcinfo(parts: _Parts, claim: bytes, options: dict[str, Any], with_corpus: bool) -> bytes:
     """The export's warcinfo fields (or the bundle's own, with no exchanges) and publish's lines."""
-    from engines import code_version
-    from engines.registry import ENGINES
-
     lines = [f"publish-format: {FORMAT}", f"publisher: engines/{code_version()}",
              "claim: " + _hdr({"sha256": _sha(claim), "options": options})]
     for name in sorted(ENGINES):
@@ -417,8 +401,6 @@ def _warcinfo(parts: _Parts, claim: bytes, options: dict[str, Any], with_corpus:
         lines.append("file: " + _hdr({"role": role, "spec": spec, "sha256": _sha(data)}))
     info = parts.info
     if not info:
-        from archive.bundle import software_fields
-
         info = ("\r\n".join(software_fields()) + "\r\n").encode("utf-8")
     return info + ("\r\n".join(lines) + "\r\n").encode("utf-8")
 
@@ -427,8 +409,6 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
                   options: dict[str, Any], summary: PublishSummary, progress):
     """Write the bundle to ``path.part``, then into place; its sha256 and size into ``summary``.
     Returns the export's summary (exchanges written)."""
-    from archive.bundle import BundleWriter
-
     with BundleWriter(path, info) as writer:
         _write_resources(writer, parts, claim, doc, options)
         for c in parts.configs:

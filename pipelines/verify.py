@@ -24,9 +24,21 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from archive.bundle import BadBundle, import_bundle, parse_warc_date
+from engines import code_version
+from engines.registry import ENGINES
 from pipelines.publish import OPTION_KEYS, find_corpus_file, read_run, run_score
 from pipelines.verify_read import CannotVerify, Contents, load_json, read_contents
+from store.benchmarks import query_sha256
+from store.corpus import load_corpus
+from store.db import open_database
 from store.errors import InputError
+from store.models import (
+    Answer, Benchmark, Corpus, EngineConfig, Epoch, Exchange, GoldName, GoldUnit, Query, Subset, SubsetMember,
+)
+from store.types import utcnow
+from store.writes import AnswerRow, HitRow, add_answers, ensure_config
+
 
 # Fields that are not figures: when and by what the claim was made, and latencies.
 SKIP_KEYS = {"generated_at", "code_version"}
@@ -54,8 +66,6 @@ class VerifyReport:
 
 
 def _check_empty(db) -> None:
-    from store.models import Answer, Benchmark, Corpus, EngineConfig, Exchange
-
     with db.session() as s:
         for table in (Benchmark, Corpus, EngineConfig, Exchange, Answer):
             if s.execute(sa.select(sa.func.count()).select_from(table)).scalar_one():
@@ -67,10 +77,6 @@ def _check_empty(db) -> None:
 def _load_benchmark(db, dump: Any) -> None:
     """The benchmark dump as rows: a few multi-row inserts (the ORM's unit of work took
     seconds for MathlibQR's 946 queries)."""
-    from store.benchmarks import query_sha256
-    from store.models import Benchmark, GoldName, GoldUnit, Query
-    from store.types import utcnow
-
     try:
         queries = list(dump["queries"])
         with db.engine.begin() as conn:
@@ -99,8 +105,6 @@ def _load_benchmark(db, dump: Any) -> None:
 
 
 def _load_subsets(db, dump: Any) -> None:
-    from store.models import Subset, SubsetMember
-
     try:
         with db.session() as s, s.begin():
             for d in dump:
@@ -114,10 +118,6 @@ def _load_subsets(db, dump: Any) -> None:
 
 
 def _load_runs(db, runs: list[tuple[dict[str, Any], bytes]], qid_text: dict[str, str]) -> int:
-    from store.benchmarks import query_sha256
-    from store.models import Epoch
-    from store.writes import AnswerRow, HitRow, add_answers, ensure_config
-
     n = 0
     for ident, data in runs:
         try:
@@ -131,8 +131,6 @@ def _load_runs(db, runs: list[tuple[dict[str, Any], bytes]], qid_text: dict[str,
                                     result_cap=ident.get("result_cap"), licence=ident.get("licence"))
                 s.flush()
                 if ident.get("epoch_label") or ident.get("epoch_started"):
-                    from archive.bundle import parse_warc_date
-
                     if s.get(Epoch, (cfg.id, epoch)) is None:
                         s.add(Epoch(config_id=cfg.id, epoch=epoch, label=ident.get("epoch_label"),
                                     started_at=parse_warc_date(ident["epoch_started"]) if ident.get("epoch_started") else None))
@@ -273,8 +271,6 @@ def _corpus_missing(ref: dict[str, Any]) -> CannotVerify:
 def verify_bundle(path: str | Path, *, corpus: str | Path | None = None, db_url: str | None = None,
                   say=None) -> VerifyReport:
     """Re-derive the claim of a leaderboard bundle; the report of what differs."""
-    from store.db import open_database
-
     path = Path(path)
     if not path.is_file():
         raise InputError(f"bundle {path} does not exist; give the path of a .warc.gz file written by engines publish")
@@ -334,9 +330,6 @@ def _corpus_files(contents: Contents, corpus: str | Path | None, path: Path) -> 
 def _load_bundle(db, path: Path, contents: Contents, corpus_files: list[tuple[dict[str, Any], Path]], say):
     """Benchmark, subsets, corpora, exchanges (through engines import) and run records into
     the fresh database: (the import summary, the number of run records)."""
-    from archive.bundle import BadBundle, import_bundle
-    from store.corpus import load_corpus
-
     bench = load_json(contents.benchmark, f"{path}: the benchmark record")
     _load_benchmark(db, bench)
     if contents.subsets is not None:
@@ -407,9 +400,6 @@ def _rederive(db, options: dict[str, Any], claimed: dict[str, Any], spec_map: di
 
 def _notes(claimed: dict[str, Any], contents: Contents) -> list[str]:
     """What differs between the claim's tools and today's: the code and parser versions."""
-    from engines import code_version
-    from engines.registry import ENGINES
-
     notes = []
     claimed_version = claimed.get("code_version")
     if claimed_version != code_version():

@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from warcio.archiveiterator import ArchiveIterator
+
 from pipelines.publish import FORMAT, H_META, H_OPTIONS, H_ROLE, H_RUN
 from store.errors import UserError
+
 
 # Upper bounds on what verify reads from a bundle (decompressed bytes).
 MAX_JSON = 512 << 20  # claim, benchmark, subsets
@@ -87,8 +90,6 @@ def _header_json(value: str | None, where: str) -> Any:
 
 def read_contents(path: Path, tmp: Path) -> Contents:
     """Every resource record of the bundle, size-bounded and digest-checked."""
-    from warcio.archiveiterator import ArchiveIterator
-
     label = str(path)
     out = Contents()
     limits = {"claim": MAX_JSON, "benchmark": MAX_JSON, "subsets": MAX_JSON, "run": MAX_RUN, "file": MAX_FILE,

@@ -54,11 +54,11 @@ def test_a_planted_private_name_is_caught(tmp_path):
     (root / "scoring" / "zz.py").write_text(
         "from scoring.resolve import chunked\n\n\ndef f():\n    from archive.reparse import _pending_ids\n"
         "    return _pending_ids\n")
-    (root / "crawler" / "zz.py").write_text("from store import db as dbmod\n\nX = dbmod._SQLITE_PRAGMAS\n")
+    (root / "crawler" / "zz.py").write_text("from store import db as dbmod\n\nX = dbmod._SQLITE_FILES\n")
     found = layering.private_imports(root)
     assert len(found) == 2, found
     assert "scoring.zz imports archive.reparse._pending_ids" in found[0] + found[1]
-    assert "crawler.zz uses store.db._SQLITE_PRAGMAS" in found[0] + found[1]
+    assert "crawler.zz uses store.db._SQLITE_FILES" in found[0] + found[1]
 
 
 def test_a_planted_relative_upward_import_is_caught(tmp_path):
