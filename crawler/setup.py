@@ -137,7 +137,7 @@ def check_secrets_over_tls(adapter) -> None:
     """
     from urllib.parse import parse_qsl
 
-    from engines.base import REDACTED, redact_headers
+    from engines.redact import SECRET_NAME
     from store.errors import InputError
 
     request = adapter.build_request(["secret check"])
@@ -150,13 +150,9 @@ def check_secrets_over_tls(adapter) -> None:
         if value and (value in str(url) or any(value in v for v in request.headers.values())
                       or value.encode() in (request.content or b"")):
             found.append(env)
-
-    def secret(name: str) -> bool:  # redaction's own pattern decides
-        return redact_headers({name: ""})[name] == REDACTED
-
-    found += [f"header {k}" for k in request.headers if secret(k)]
+    found += [f"header {k}" for k in request.headers if SECRET_NAME.search(k)]
     found += [f"query parameter {k}" for k, _ in parse_qsl(url.query.decode() if isinstance(url.query, bytes)
-                                                           else str(url.query)) if secret(k)]
+                                                           else str(url.query)) if SECRET_NAME.search(k)]
     if url.userinfo:
         found.append("user:password in the URL")
     if found:

@@ -50,7 +50,9 @@ reader (:func:`read_records`, used by import) and the date form (:func:`warc_dat
 
 from __future__ import annotations
 
-from archive.bundle.export import BundleWriter, ExportSummary, export_bundle, software_fields, warcinfo_fields
+from archive.bundle.export import (
+    BundleWriter, ExportSummary, exchange_columns, export_bundle, software_fields, warcinfo_fields,
+)
 from archive.bundle.importer import import_bundle
 from archive.bundle.parse import parse_imported
 from archive.bundle.records import (
@@ -58,13 +60,13 @@ from archive.bundle.records import (
 )
 from archive.bundle.warc import (
     BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, BadBundle, ImportSummary,
-    parse_warc_date, warc_date, fingerprint,
+    parse_warc_date, record_id, warc_date, fingerprint,
 )
 
 __all__ = [
     "BUNDLE_FORMAT", "H_ATTEMPT", "H_CONFIG", "H_ELAPSED", "H_EPOCH", "H_FINISHED", "H_TEXTS", "ORIG",
     "MAX_HELD_BYTES", "MAX_RECORD_BYTES", "MAX_TOTAL_RATIO", "MIN_TOTAL_BYTES",
-    "BadBundle", "BundleWriter", "ExportSummary", "ImportSummary", "Record", "export_bundle", "fingerprint",
-    "import_bundle", "parse_imported", "parse_warc_date", "read_records", "software_fields", "warc_date",
+    "BadBundle", "BundleWriter", "ExportSummary", "ImportSummary", "Record", "exchange_columns", "export_bundle", "fingerprint",
+    "import_bundle", "parse_imported", "parse_warc_date", "read_records", "record_id", "software_fields", "warc_date",
     "warcinfo_fields",
 ]
