@@ -43,8 +43,8 @@ import httpx
 import sqlalchemy as sa
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
-from crawler.outcome import FAILED, OUTAGE, REFUSED, Outcome, Parsed, failure, write_outcomes
-from crawler.outcome import outcome as parse_outcome
+from archive.outcome import FAILED, OUTAGE, REFUSED, Outcome, Parsed, failure, write_outcomes
+from archive.outcome import outcome as parse_outcome
 from crawler.pacing import Pacer
 from crawler.retry import RETRY_AFTER_MAX, EngineBroken, Retryable, RetryPolicy, Wait, parse_retry_after  # noqa: F401
 from crawler.retry import one_prefix
@@ -367,7 +367,7 @@ class Fetcher:
 
     async def _answer(self, exchange: dict[str, Any], headers: dict, items: list[tuple[str, str]], attempt: int,
                       outcome: FetchOutcome, elapsed: float) -> None:
-        """A 2xx body: its outcome (:func:`crawler.outcome.outcome`) committed with its exchange
+        """A 2xx body: its outcome (:func:`archive.outcome.outcome`) committed with its exchange
         in one transaction: an answer never exists without its archived body, and a parser
         that crashes (a bug, or a body it cannot take) leaves the exchange archived with a
         failed outcome (retried like a parse error; `engines reparse` once the bug is fixed)."""

@@ -36,7 +36,7 @@ from urllib.parse import quote, unquote
 import sqlalchemy as sa
 
 from scoring.matching import match_rows
-from scoring.resolve import RESOLVED, _chunks
+from scoring.resolve import RESOLVED, chunked
 from scoring.results import ScoreResult
 from store.benchmarks import query_sha256
 from store.db import Database
@@ -104,7 +104,7 @@ def export_trec(db: Database, result: ScoreResult, out_dir: str | Path) -> list[
         by_qid_sha = {q["qid"]: query_sha256(q["text"]) for q in queries}
         tags: set[str] = set()
         files: set[str] = set()
-        caps: dict[str, int | None] = {}  # run tag → the system's result cap (read back by crawler.runs)
+        caps: dict[str, int | None] = {}  # run tag → the system's result cap (read back by archive.runs)
         for system in result.systems:
             ref = system.ref
             tag = safe_token(ref.id)
@@ -157,7 +157,7 @@ def _system_hits(
 ) -> dict[str, list[tuple[int, str | None, bool]]]:
     a, h = Answer.__table__, Hit.__table__
     out: dict[str, list[tuple[int, str | None, bool]]] = {}
-    for chunk in _chunks(shas):
+    for chunk in chunked(shas):
         for (sha,) in session.execute(
             sa.select(a.c.query_sha256).where(a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded)
         ):

@@ -274,12 +274,12 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     from alembic.runtime.migration import MigrationContext
-
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def _check_reachable(engine: Engine) -> None:
+def check_reachable(engine: Engine) -> None:
+    """Connect once; an unreachable server or a non-database file is one :class:`UserError` line."""
     try:
         with engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
@@ -323,7 +323,7 @@ def upgrade(engine: Engine, *, backup: bool = True, target: str = "head") -> Upg
     from alembic.script import ScriptDirectory
     from alembic.util.exc import CommandError
 
-    _check_reachable(engine)
+    check_reachable(engine)
     script = ScriptDirectory(str(MIGRATIONS_DIR))
     head = script.get_current_head() if target == "head" else target
     if _at(engine, head):
@@ -452,13 +452,13 @@ def open_database(url: str | None = None, *, migrate: bool = True) -> Database:
     upgraded = None
     try:
         if ro_path is not None:
-            _check_reachable(engine)
+            check_reachable(engine)
             _check_read_only_revision(engine, ro_path)
         elif migrate:
             res = upgrade(engine)
             upgraded = res if res.changed else None
         else:
-            _check_reachable(engine)
+            check_reachable(engine)
     except BaseException:
         engine.dispose()  # no connection (nor SQLite -wal/-shm files) left open behind an error
         raise

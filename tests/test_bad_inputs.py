@@ -221,7 +221,7 @@ def test_crawl_that_fails_to_start_records_failed_not_running(any_db_url, monkey
     as failed, with the reason; the command prints one line. A bad --url never gets that far."""
     import sqlalchemy as sa
 
-    import crawler.run as run_mod
+    import crawler.crawl as run_mod
     from benchmarks import shipped_path
     from store.benchmarks import load_benchmark_file
     from store.errors import UserError

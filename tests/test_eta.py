@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from crawler.run import AUTO_CONCURRENCY_MAX, CrawlOptions, EtaEstimator, Reporter, eta, run_crawl
+from crawler.crawl import AUTO_CONCURRENCY_MAX, CrawlOptions, EtaEstimator, Reporter, eta, run_crawl
 from crawler.fetch import RetryPolicy
 from crawler.plan import Counts
 from engines.base import Rate
@@ -115,7 +115,7 @@ def test_reporter_says_paused_until_in_both_modes() -> None:
     assert lines[1].endswith("paused until " + time.strftime("%H:%M:%S", time.localtime(until)))
     assert re.search(r"paused until \d\d:\d\d:\d\d$", lines[1])
     rich = pytest.importorskip("rich")
-    from crawler.run import RichReporter
+    from crawler.crawl import RichReporter
 
     rr = RichReporter.__new__(RichReporter)  # the bar's text, without starting a live display
     Reporter.__init__(rr, stream=io.StringIO())
@@ -264,9 +264,9 @@ def test_the_pause_watcher_refreshes_an_engine_whose_last_requests_wait_out_a_pa
     opts = CrawlOptions(engines=["e"], bench="b", limit=8)
 
     async def one_round(in_flight: int) -> None:
-        loop = EngineLoop(None, eng, SimpleNamespace(pacer=pacer), opts, rep, None, {})
+        loop = EngineLoop(None, eng, SimpleNamespace(pacer=pacer), rep, None, {}, limit=opts.limit)
         loop.st.in_flight = in_flight
-        watcher = asyncio.create_task(watch_pauses([loop], opts, rep, {}, every=0.01))
+        watcher = asyncio.create_task(watch_pauses([loop], rep, {}, every=0.01))
         await asyncio.sleep(0.05)
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)

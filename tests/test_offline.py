@@ -64,7 +64,7 @@ def test_a_dns_failure_mid_crawl_is_not_retried(sqlite_url: str, monkeypatch) ->
 
     db = open_database(sqlite_url)
     load_shipped(db)
-    monkeypatch.setattr(crawler.setup, "check_hosts_resolve", lambda opts: None)
+    monkeypatch.setattr(crawler.setup, "check_hosts_resolve", lambda names, urls: None)
     t0 = time.monotonic()
     res = CliRunner().invoke(app, ["--db", sqlite_url, "crawl", "leansearch", "--bench", "mathlibqr",
                                    "--url", f"leansearch={NOWHERE}", "--limit", "1"])

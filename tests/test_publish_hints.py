@@ -25,7 +25,7 @@ def test_verify_hint_for_a_missing_corpus_is_the_absolute_command(source, capsys
 
 
 def test_verify_hint_for_a_hugging_face_corpus_names_the_load_command(tmp_path):
-    from scoring.corpus_hint import how_to_get
+    from pipelines.corpus_hint import how_to_get
 
     ref = {"name": "mathlib-4280", "source": "hf://FrenzyMath/lsv2-mathlib-v4.28.0-rc1-jsonl@c5f07cc71d42"}
     hint = how_to_get(ref, tmp_path / "lb.warc.gz")

@@ -26,7 +26,7 @@ import pytest
 import sqlalchemy as sa
 
 from crawler.fetch import RetryPolicy
-from crawler.run import CrawlOptions, run_crawl
+from crawler.crawl import CrawlOptions, run_crawl
 from engines import jsonbody, leanexplore, leanfinder, leansearch, leanstatesearch, loogle, protocol
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, HitList, Rate, config_hash
 from engines.emulate import StandIn

@@ -155,7 +155,7 @@ def test_loogle_error_text_is_shown_once_and_as_written(tmp_path: Path) -> None:
     import json
 
     from crawler.fetch import RetryPolicy
-    from crawler.run import CrawlOptions, Reporter, run_crawl
+    from crawler.crawl import CrawlOptions, Reporter, run_crawl
     from engines.base import Rate
     from engines.emulate import StandIn
     from store.benchmarks import load_benchmark_file
@@ -221,7 +221,7 @@ def test_report_with_no_answers_exits_non_zero_like_score_and_plot(tmp_path: Pat
 
 
 def test_trec_export_file_names_carry_no_colon(tmp_path: Path) -> None:
-    from crawler.runs import import_run
+    from archive.runs import import_run
     from scoring.export import export_trec
     from scoring.results import score
     from store.db import open_database
@@ -274,11 +274,11 @@ def test_run_import_and_bench_load_show_progress_on_stderr_only(tmp_path: Path, 
     import time
 
     import benchmarks
-    import crawler.runs
+    import archive.runs
     from cli.commands import common, core
 
     monkeypatch.setattr(common, "SLOW_AFTER_LOG", 0.05)
-    real_import, real_load = crawler.runs.import_run, core.load_benchmark_file
+    real_import, real_load = archive.runs.import_run, core.load_benchmark_file
 
     def slowly(fn):
         def wrapped(*a, **kw):
@@ -286,7 +286,7 @@ def test_run_import_and_bench_load_show_progress_on_stderr_only(tmp_path: Path, 
             return fn(*a, **kw)
         return wrapped
 
-    monkeypatch.setattr(crawler.runs, "import_run", slowly(real_import))
+    monkeypatch.setattr(archive.runs, "import_run", slowly(real_import))
     monkeypatch.setattr(core, "load_benchmark_file", slowly(real_load))
     url = f"sqlite:///{tmp_path / 'cache.db'}"
     qr = tmp_path / "qr.json"

@@ -93,7 +93,7 @@ def upgrade_lines(res: UpgradeResult) -> list[str]:
 
 def _say_upgraded(db: Database) -> None:
     """An automatic upgrade says what it kept, and whether answers lost their hits before."""
-    from crawler.heal import count_lost_hits
+    from archive.heal import count_lost_hits
 
     res = db.upgraded
     if res.before is None:

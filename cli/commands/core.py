@@ -30,7 +30,7 @@ def db_upgrade(
 ) -> None:
     """Apply pending migrations (also done automatically on first use), keeping a copy of a
     SQLite file first; heal what an earlier, failed upgrade left (leftover tables, lost hits)."""
-    from crawler.heal import heal_lost_hits
+    from archive.heal import heal_lost_hits
 
     engine = dbmod.create_db_engine(db_url(ctx))
     try:
@@ -59,7 +59,7 @@ def db_current(ctx: typer.Context) -> None:
         return
     engine = dbmod.create_db_engine(url)
     try:
-        dbmod._check_reachable(engine)
+        dbmod.check_reachable(engine)
         rev = dbmod.current_revision(engine)
     finally:
         engine.dispose()
@@ -71,7 +71,7 @@ def db_current(ctx: typer.Context) -> None:
 @db_app.command("reader")
 def db_reader(ctx: typer.Context) -> None:
     """Create or repair the read-only role engines sql runs with (PostgreSQL; needs the right to create roles)."""
-    from store.reader import READER_ROLE, setup_reader
+    from store.sql import READER_ROLE, setup_reader
 
     db = get_db(ctx)
     if db.dialect != "postgresql":

@@ -38,7 +38,7 @@ def publish_cmd(
     epoch: Optional[str] = typer.Option(None, "--epoch", help="Epoch per configuration: newest (default), all, a number or label."),
 ) -> None:
     """Score and write one WARC/1.1 file holding everything the scores need: exchanges, runs, benchmark, claim."""
-    from scoring.publish import publish_bundle, score_options
+    from pipelines.publish import publish_bundle, score_options
 
     snapshots = {}
     for item in snapshot:
@@ -57,7 +57,7 @@ def publish_cmd(
          f"{s.runs} run(s)), corpus {'embedded' if s.corpus_embedded else 'named by sha256'}, {s.bytes:,} bytes "
          f"in {time.perf_counter() - t0:.1f}s")
     if not s.corpus_embedded:
-        from scoring.corpus_hint import publish_notes
+        from pipelines.corpus_hint import publish_notes
 
         for note in publish_notes(s.corpora, s.path):
             info(note)
@@ -72,7 +72,7 @@ def verify_cmd(
     db: Optional[str] = typer.Option(None, "--db", help="An EMPTY database to verify in (default: a temporary SQLite file)."),
 ) -> None:
     """Re-derive every figure of a published leaderboard offline; exit 0 if all are equal, 1 if not, 2 if it cannot."""
-    from scoring.verify import verify_bundle
+    from pipelines.verify import verify_bundle
 
     root = ctx.find_root()
     if db is None and root.get_parameter_source("db") == ParameterSource.COMMANDLINE:

@@ -47,7 +47,7 @@ def report_command(
                              "--compare/--uncovered/--answered-by")
         score_json = read_score_json(from_json)
         if published and "published" not in score_json:
-            from scoring.published import attach
+            from scoring.reference_rows import attach
 
             attach(score_json)
         elif not published:  # the same rule as `engines score` and `engines plot`: only when asked

@@ -113,7 +113,7 @@ def run_import_cmd(
         None, "--depth", help="Names each query was asked for: metrics at k > depth are undefined (default: the longest list)."),
 ) -> None:
     """Import a run file as a system row (engine `run`, badge `imported`), scored like any other."""
-    from crawler.runs import import_run
+    from archive.runs import import_run
 
     db = get_db(ctx)
     with slow_progress(f"importing run {sized(file)}"):
@@ -158,7 +158,7 @@ def run_drop_cmd(
     name: str = typer.Argument(..., help="The --name an imported run was given."),
 ) -> None:
     """Remove an imported run (its configurations, answers and hits) in one transaction."""
-    from crawler.runs import drop_run
+    from archive.runs import drop_run
 
     res = drop_run(get_db(ctx), name)
     info(f"dropped run {escaped(name)}: {res.configs} configuration(s), {res.answers} answers, {res.hits} hits")
