@@ -12,14 +12,21 @@ import gzip
 import hashlib
 import io
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from store.errors import InputError
+from store.text import clean_json, clean_text
 
 FORMATS = ("trec", "jsonl")
 MAX_LINE_BYTES = 1 << 20
+READ_BYTES = 1 << 20
+NL = b"\n"
+# Ranked names read from one file, in memory until the whole file is checked (about 130 bytes
+# each): the bound that keeps a small .gz of endless rows under the memory bound.
+MAX_RUN_ROWS = 5_000_000
 DOCNOS_FILE = "docnos.tsv"  # written by scoring.export beside its run files
 
 
@@ -49,24 +56,66 @@ class ParsedRun:
 # ------------------------------------------------------------------------- reading
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when they are gzip data."""
+def _open_raw(path: Path) -> BinaryIO:
+    """The file for reading bytes, gunzipped as it is read when it is gzip data."""
     if not path.is_file():
         raise InputError(f"run file {path} does not exist or is not a file")
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{path}: broken gzip data ({exc}); re-compress or pass the plain file") from None
-    return raw
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rb") if gz else open(path, "rb")
+
+
+def _blocks(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(number of its first line, block of whole lines without the last newline), read
+    ``READ_BYTES`` at a time: never more than a block and one unfinished line in memory,
+    and a line longer than ``MAX_LINE_BYTES`` is refused before it is read whole (a small
+    .gz can inflate to one endless line)."""
+    lineno, rest = 1, b""
+    with _open_raw(path) as fh:
+        while True:
+            try:
+                block = fh.read(READ_BYTES)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise InputError(f"{path}: broken gzip data ({exc}); re-compress or pass the plain file") from None
+            if not block:
+                break
+            data = rest + block if rest else block
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
+            else:
+                whole, rest = data[:cut], data[cut + 1:]
+                if len(whole) > MAX_LINE_BYTES:
+                    _check_lengths(path, lineno, whole)
+                yield lineno, whole
+                lineno += whole.count(b"\n") + 1
+            if len(rest) > MAX_LINE_BYTES:
+                _too_long(path, lineno)
+    if rest:
+        yield lineno, rest
+
+
+def _too_long(path: Path, lineno: int) -> None:
+    raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
+
+
+def _check_lengths(path: Path, lineno: int, whole: bytes) -> None:
+    for i, line in enumerate(whole.split(b"\n")):
+        if len(line) > MAX_LINE_BYTES:
+            _too_long(path, lineno + i)
 
 
 def _open_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    for lineno, line in enumerate(io.BytesIO(_read_bytes(path)), start=1):
-        if len(line) > MAX_LINE_BYTES:
-            raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
-        yield lineno, line
+    """(line number, line without its newline), each at most ``MAX_LINE_BYTES``."""
+    for first, whole in _blocks(path):
+        yield from enumerate(whole.split(b"\n"), start=first)
+
+
+def _too_many(path: Path, lineno: int) -> None:
+    raise InputError(
+        f"{path}:{lineno}: more than {MAX_RUN_ROWS:,} ranked names in the run file; only the first "
+        "names of each list (k_max, 200 by default) are kept, so cut each query's list to its top ranks"
+    )
 
 
 def file_sha256(path: Path) -> str:
@@ -98,7 +147,7 @@ def read_docnos(path: Path) -> tuple[dict[str, str], dict[str, int | None]]:
         # "!dup!<rank>" (a repeat, or a gold row the matching did not credit) stays a
         # placeholder: it never resolves and keeps its rank. "!u<j>!…" (a credited row whose
         # unit's names all went to earlier units) maps to that unit's first name.
-        out[doc] = doc if doc.startswith("!dup!") or not name else name
+        out[doc] = doc if doc.startswith("!dup!") or not name else clean_text(name)
     return out, caps
 
 
@@ -160,7 +209,7 @@ def _key_check(path: Path, qids: set[str] | None, texts: set[str] | None, bench:
 
 def _parse_jsonl(path: Path, check) -> ParsedRun:
     """A JSONL run: one ``{"qid"|"query": ..., "ranked": [names]}`` per line."""
-    lines = 0
+    lines = rows = 0
     lists: dict[tuple[str, str], RunList] = {}
     for lineno, raw in _open_lines(path):
         lines = lineno
@@ -168,7 +217,8 @@ def _parse_jsonl(path: Path, check) -> ParsedRun:
             continue
         where = f"{path}:{lineno}"
         try:
-            obj = json.loads(raw)
+            # NUL and lone surrogates → U+FFFD: the text both backends store, as for crawled hits
+            obj = clean_json(json.loads(raw))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             why = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
             raise InputError(f"{where}: not a JSON line ({why}); expected {{\"qid\": ..., \"ranked\": [names]}}") from None
@@ -182,6 +232,9 @@ def _parse_jsonl(path: Path, check) -> ParsedRun:
             raise InputError(f"{where}: {by!r} must be a non-empty string")
         key = key.strip()
         names = _jsonl_names(obj["ranked"], where)
+        rows += len(names)
+        if rows > MAX_RUN_ROWS:
+            _too_many(path, lineno)
         if (by, key) in lists:
             raise InputError(f"{where}: {by} {key[:60]!r} already has a list (line {lists[(by, key)].line}); "
                              "give each query one line")
@@ -210,63 +263,73 @@ def _jsonl_names(ranked: Any, where: str) -> list[str]:
 def _parse_trec(path: Path, check, mapping: dict[str, str] | None, mapping_path: Path | None,
                 caps: dict[str, int | None]) -> ParsedRun:
     """A TREC run (``qid Q0 docno rank score tag``), DOCNOs read through ``mapping`` when given."""
-    raw = _read_bytes(path)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = raw[:exc.start].count(b"\n") + 1
-        raise InputError(f"{path}:{lineno}: not UTF-8 text") from None
-    rows = text.split("\n")
-    if len(raw) > MAX_LINE_BYTES and max(map(len, rows)) > MAX_LINE_BYTES:
-        lineno = next(i for i, r in enumerate(rows, start=1) if len(r) > MAX_LINE_BYTES)
-        raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
-    per, tags = _trec_rows(path, rows, check, mapping, mapping_path)
+    per, tags, lines = _trec_rows(path, check, mapping, mapping_path)
     out, disagree = _trec_lists(path, per)
-    parsed = ParsedRun(path, file_sha256(path), "trec", out, len(rows), disagree,
+    parsed = ParsedRun(path, file_sha256(path), "trec", out, lines, disagree,
                        str(mapping_path) if mapping_path is not None else None)
     if len(tags) == 1 and next(iter(tags)) in caps:
         parsed.cap_known, parsed.result_cap = True, caps[next(iter(tags))]
     return parsed
 
 
-def _trec_rows(path: Path, rows: list[str], check, mapping: dict[str, str] | None, mapping_path: Path | None,
-               ) -> tuple[dict[str, list[tuple[int, int, float, str]]], set[str]]:
-    """qid → its (rank, line, score, name) rows in file order, and the run tags seen."""
+def _trec_text(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(number of the first line, the lines) of each block of the file, as text."""
+    for first, whole in _blocks(path):
+        try:
+            text = whole.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}:{first + whole.count(NL, 0, exc.start)}: not UTF-8 text") from None
+        if "\x00" in text:  # stored as both backends can (PostgreSQL text refuses NUL), as crawled hits are
+            text = clean_text(text)
+        yield first, text.split("\n")
+
+
+def _trec_rows(path: Path, check, mapping: dict[str, str] | None, mapping_path: Path | None,
+               ) -> tuple[dict[str, list[tuple[int, int, float, str]]], set[str], int]:
+    """qid → its (rank, line, score, name) rows in file order, the run tags seen, and the
+    number of lines. One string is kept per distinct name."""
     # The hot loop (perf/run_import.py): one split per line, checks that cost a compare.
     per: dict[str, list[tuple[int, int, float, str]]] = {}
     tags: set[str] = set()
     last_tag = None
     get = mapping.get if mapping is not None else None
-    for lineno, line in enumerate(rows, start=1):
-        cols = line.split()
-        if len(cols) != 6:
-            if not cols:
-                continue
-            raise InputError(f"{path}:{lineno}: expected 'qid Q0 docno rank score tag' (6 columns), got {len(cols)}")
-        qid, _, doc, rank_s, score_s, tag = cols
-        if tag != last_tag:
-            tags.add(tag)
-            last_tag = tag
-        try:
-            rank = int(rank_s)
-            score = float(score_s)
-        except ValueError:
-            raise InputError(f"{path}:{lineno}: rank {rank_s!r} must be an integer and score {score_s!r} a number") from None
-        ranked = per.get(qid)
-        if ranked is None:
-            check(qid, "qid", lineno)
-            ranked = per[qid] = []
-        if get is not None:
-            name = get(doc)
-            if name is None:
-                raise InputError(f"{path}:{lineno}: DOCNO {doc!r} is not in {mapping_path}; "
-                                 "pass the docnos.tsv written with this run")
-        else:
-            name = doc
-        ranked.append((rank, lineno, score, name))
+    seen: dict[str, str] = {}
+    intern = seen.setdefault
+    lineno = rows = 0
+    for first, block in _trec_text(path):
+        rows += len(block) - block.count("")
+        if rows > MAX_RUN_ROWS:
+            _too_many(path, first + len(block) - 1)
+        for lineno, line in enumerate(block, start=first):
+            cols = line.split()
+            if len(cols) != 6:
+                if not cols:
+                    continue
+                raise InputError(f"{path}:{lineno}: expected 'qid Q0 docno rank score tag' (6 columns), got {len(cols)}")
+            qid, _, doc, rank_s, score_s, tag = cols
+            if tag != last_tag:
+                tags.add(tag)
+                last_tag = tag
+            try:
+                rank = int(rank_s)
+                score = float(score_s)
+            except ValueError:
+                raise InputError(f"{path}:{lineno}: rank {rank_s!r} must be an integer and score {score_s!r} a number") from None
+            ranked = per.get(qid)
+            if ranked is None:
+                check(qid, "qid", lineno)
+                ranked = per[qid] = []
+            if get is not None:
+                name = get(doc)
+                if name is None:
+                    raise InputError(f"{path}:{lineno}: DOCNO {doc!r} is not in {mapping_path}; "
+                                     "pass the docnos.tsv written with this run")
+            else:
+                name = intern(doc, doc)
+            ranked.append((rank, lineno, score, name))
     if not per:
         raise InputError(f"{path}: no run lines in the file")
-    return per, tags
+    return per, tags, lineno
 
 
 def _trec_lists(path: Path, per: dict[str, list[tuple[int, int, float, str]]]) -> tuple[list[RunList], int]:

@@ -176,7 +176,13 @@ def write_run(
         result_cap=(longest if 0 < longest < k_max else None) if result_cap == "longest" else result_cap,
     )
     session.add(cfg)
-    session.flush()
+    try:
+        session.flush()
+    except sa.exc.IntegrityError:  # the unique config_hash: another process wrote this row since our check
+        raise InputError(
+            f"run {name!r} of this file is being imported by another engines process at the same time (or was "
+            "just imported); run the command again once that one has finished: the same file again changes nothing"
+        ) from None
     rows = [
         AnswerRow(config_id=cfg.id, query_text=text, query_sha256=sha,
                   hits=[RunHit(rank, nm) for rank, nm in enumerate(names, start=1)])

@@ -234,6 +234,8 @@ def score(
                             shared_with=shared_with, slice=slice)
         sel = select(s, scope, systems, pairs, epochs, snapshots)
 
+    if not sel.refs:  # nothing to score: no resampling matrix (resamples × queries) to draw
+        return _result(bench, corp, scope, prof, [], [], resamples=resamples, seed=seed)
     n = len(scope.scored)
     boot = Bootstrap.draw(n, resamples=resamples, seed=seed)
     run = RunContext(k_max=k_max, task=bench.task, gold=scope.gold, present=scope.present,
