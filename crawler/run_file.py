@@ -218,7 +218,9 @@ def _parse_jsonl(path: Path, check) -> ParsedRun:
         where = f"{path}:{lineno}"
         try:
             # NUL and lone surrogates → U+FFFD: the text both backends store, as for crawled hits
-            obj = clean_json(json.loads(raw))
+            obj = json.loads(raw)
+            if b"\\u" in raw:  # NUL and surrogates only come from \u escapes
+                obj = clean_json(obj)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             why = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
             raise InputError(f"{where}: not a JSON line ({why}); expected {{\"qid\": ..., \"ranked\": [names]}}") from None

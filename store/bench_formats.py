@@ -124,7 +124,9 @@ def read_jsonl(path: Path, what: str):
                 continue
             try:
                 # NUL and lone surrogates → U+FFFD: text both backends store (as for crawled bodies)
-                obj = clean_json(json.loads(raw))
+                obj = json.loads(raw)
+                if b"\\u" in raw:  # NUL and surrogates only come from \u escapes
+                    obj = clean_json(obj)
             except (UnicodeDecodeError, ValueError, RecursionError) as exc:
                 why = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
                 raise InputError(f"{path}:{lineno}: not a JSON line ({why}); fix or remove the line") from None
