@@ -24,9 +24,9 @@ FORMATS = ("trec", "jsonl")
 MAX_LINE_BYTES = 1 << 20
 READ_BYTES = 1 << 20
 NL = b"\n"
-# Ranked names read from one file, in memory until the whole file is checked (about 130 bytes
+# Ranked names read from one file, in memory until the whole file is checked (about 250 bytes
 # each): the bound that keeps a small .gz of endless rows under the memory bound.
-MAX_RUN_ROWS = 5_000_000
+MAX_RUN_ROWS = 3_000_000
 DOCNOS_FILE = "docnos.tsv"  # written by scoring.export beside its run files
 
 

@@ -29,6 +29,7 @@ from crawler.run_file import (  # noqa: F401
 )
 from store.db import Database
 from store.errors import InputError
+from store.text import clean_text, escaped
 from store.models import Answer, Benchmark, EngineConfig, Epoch, Hit, Position, Query, WorkLease
 from store.writes import AnswerRow, add_answers
 
@@ -131,6 +132,8 @@ def run_identity(*, bench: str, name: str, sha256: str, fmt: str) -> dict[str, A
 
 def check_name(session: Session, name: str) -> None:
     low = name.strip().lower()
+    if clean_text(name) != name:  # a lone surrogate: bytes of the command line that are not UTF-8
+        raise InputError(f"--name {escaped(name)}: not UTF-8 text; give the name in UTF-8")
     if not name.strip() or name != name.strip():
         raise InputError(f"--name {name!r}: give a non-empty name without surrounding spaces")
     if low in reserved_names():
@@ -204,23 +207,29 @@ def import_run(
     k_max: int = K_MAX,
 ) -> ImportResult:
     """Parse, check against the benchmark and write, in one transaction (all or nothing)."""
-    with db.session() as s, s.begin():
-        check_name(s, name)
-        b, by_qid, by_text = benchmark_queries(s, bench)
-        parsed = parse_run(path, fmt, docnos, qids=set(by_qid), texts=set(by_text), bench=bench)
-        lists, cut = match_benchmark(parsed, by_qid, by_text, k_max)
-        before = None
-        cfg, created, hits = write_run(s, bench=b.name, name=name, sha256=parsed.sha256, fmt=parsed.format,
-                                       source=source, lists=lists, k_max=k_max,
-                                       result_cap=parsed.result_cap if parsed.cap_known else "longest")
-        if not created:
-            before = s.scalar(sa.select(sa.func.count()).select_from(Answer).where(Answer.config_id == cfg.id))
-        res = ImportResult(
-            config_id=cfg.id, label=cfg.label, created=created,
-            answers=len(lists) if created else int(before or 0), hits=hits,
-            unanswered=len(set(by_text.values()) - set(lists)), cut=cut, parsed=parsed,
-            source_changed=not created and s.is_modified(cfg),
-        )
+    try:
+        with db.session() as s, s.begin():
+            check_name(s, name)
+            b, by_qid, by_text = benchmark_queries(s, bench)
+            parsed = parse_run(path, fmt, docnos, qids=set(by_qid), texts=set(by_text), bench=bench)
+            lists, cut = match_benchmark(parsed, by_qid, by_text, k_max)
+            before = None
+            cfg, created, hits = write_run(s, bench=b.name, name=name, sha256=parsed.sha256, fmt=parsed.format,
+                                           source=source, lists=lists, k_max=k_max,
+                                           result_cap=parsed.result_cap if parsed.cap_known else "longest")
+            if not created:
+                before = s.scalar(sa.select(sa.func.count()).select_from(Answer).where(Answer.config_id == cfg.id))
+            res = ImportResult(
+                config_id=cfg.id, label=cfg.label, created=created,
+                answers=len(lists) if created else int(before or 0), hits=hits,
+                unanswered=len(set(by_text.values()) - set(lists)), cut=cut, parsed=parsed,
+                source_changed=not created and s.is_modified(cfg),
+            )
+    except sa.exc.OperationalError as exc:  # SQLite: another process held the write lock past the busy timeout
+        if "database is locked" not in str(exc).lower():
+            raise
+        raise InputError(f"the database is busy: another engines process is writing to it (importing {name!r} too?); "
+                         "nothing was written, run the command again once it has finished") from None
     if parsed.score_disagreements:
         res.notes.append(
             f"{parsed.score_disagreements} of {len(parsed.lists)} queries have scores that disagree with their ranks; "

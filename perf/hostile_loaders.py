@@ -47,7 +47,7 @@ def engines(root: Path, url: str, args: list[str], timeout: float) -> tuple[str,
 
 
 def setup_bench(root: Path, url: str, tmp: Path, queries: int = 3) -> None:
-    engines(root, url, ["bench", "load", str(jsonl_benchmark(tmp / "small.jsonl", queries)), "--name", "b"], 120)
+    engines(root, url, ["bench", "load", str(jsonl_benchmark(tmp / f"small{queries}.jsonl", queries)), "--name", "b"], 600)
 
 
 def cases(tmp: Path) -> dict:
@@ -77,9 +77,25 @@ def cases(tmp: Path) -> dict:
         (beir / "queries.jsonl").symlink_to(tmp / "outside.jsonl")
     (beir / "qrels" / "test.tsv").write_text("q1\tA\t1\n")
     run = ["--bench", "b", "--name", "x"]
+
+    def at_cap() -> Path:
+        """15,000 queries x 200 distinct names: 3,000,000 ranked names, the most a run file holds."""
+        p = tmp / "cap.trec"
+        with open(p, "w", encoding="utf-8") as fh:
+            for q in range(15_000):
+                fh.write("".join(f"q{q} Q0 Mathlib.Topic{q % 97}.lemma_{q}_{r} {r} {300 - r} run\n" for r in range(1, 201)))
+        return p
+
+    def bench_15k(root: Path, url: str) -> None:
+        setup_bench(root, url, tmp, 15_000)
+
+    def small(root: Path, url: str) -> None:
+        setup_bench(root, url, tmp)
+
     return {
-        "run-3GB-line": ("sqlite", setup_bench, ["run", "import", str(one_endless_line(tmp / "line.gz", 3000)), *run]),
-        "run-20M-lines": ("sqlite", setup_bench, ["run", "import", str(many_rows(tmp / "rows.gz", 20_000_000)), *run]),
+        "run-3GB-line": ("sqlite", small, ["run", "import", str(one_endless_line(tmp / "line.gz", 3000)), *run]),
+        "run-20M-lines": ("sqlite", small, ["run", "import", str(many_rows(tmp / "rows.gz", 20_000_000)), *run]),
+        "run-3M-names-import": ("sqlite", bench_15k, ["run", "import", str(at_cap()), *run]),
         "bench-200k-sqlite": ("sqlite", None, ["bench", "load", str(jsonl_benchmark(tmp / "b200k.jsonl", 200_000)),
                                                "--name", "big"]),
         "bench-200k-postgresql": ("postgresql", None, ["bench", "load", str(tmp / "b200k.jsonl"), "--name", "big"]),
@@ -89,7 +105,7 @@ def cases(tmp: Path) -> dict:
         "corpus-deep-100k": ("sqlite", None, ["corpus", "load", str(deep_corpus_line(tmp / "deep.jsonl", 100_000)),
                                               "--name", "deep"]),
         "bench-lone-surrogate": ("sqlite", None, ["bench", "load", str(surrogate), "--name", "s"]),
-        "run-nul-name-postgresql": ("postgresql", setup_bench, ["run", "import", str(nul_run), *run]),
+        "run-nul-name-postgresql": ("postgresql", small, ["run", "import", str(nul_run), *run]),
         "bench-symlink-out": ("sqlite", None, ["bench", "load", str(beir), "--name", "x"]),
     }
 
@@ -107,7 +123,7 @@ def main() -> None:
                 continue
             with scratch_url(backend) as url:
                 if setup is not None:
-                    setup(a.root, url, tmp) if setup is setup_bench else setup(a.root, url)
+                    setup(a.root, url)
                 code, wall, rss, line = engines(a.root, url, args, a.timeout)
             print(f"{name}: exit {code}, {wall:.1f} s, peak RSS {rss / 2**20:.0f} MiB | {line}", flush=True)
 

@@ -83,7 +83,7 @@ def test_a_gz_run_file_of_millions_of_blank_lines_is_read_in_bounded_memory(sqli
 
 def test_a_run_file_of_more_rows_than_the_bound_is_refused_in_one_line(sqlite_url, tmp_path, monkeypatch):
     """Rows are kept until the whole file is checked: their number is bounded
-    (``MAX_RUN_ROWS``, 5 million, about 650 MB; scaled down here)."""
+    (``MAX_RUN_ROWS``, 3 million, under 1 GB whatever the names; scaled down here)."""
     import crawler.run_file as run_file
 
     monkeypatch.setattr(run_file, "MAX_RUN_ROWS", 50_000)
@@ -136,6 +136,15 @@ def test_a_nul_in_an_imported_name_is_stored_as_on_sqlite(any_db_url, tmp_path, 
         names = list(s.execute(sa.select(Hit.name).order_by(Hit.rank)).scalars())
     db.dispose()
     assert names[:2] == ["Nat.add\ufffdcomm", "B"] and names[2:] in ([], ["Lone\ufffd"])
+
+
+def test_a_run_name_that_is_not_utf8_is_refused_in_one_line(sqlite_url, tmp_path):
+    """Command-line bytes that are not UTF-8 arrive as lone surrogates: not a row label."""
+    _bench(sqlite_url, tmp_path)
+    path = tmp_path / "r.trec"
+    path.write_text("q0 Q0 A 1 1.0 t\n")
+    _one_line(_cli(sqlite_url, "run", "import", path, "--bench", "b", "--name", "bad\udcff"), "not UTF-8")
+    assert _count(sqlite_url, EngineConfig) == 0
 
 
 def test_two_imports_of_the_same_file_at_once_second_says_so(any_db_url, tmp_path):
