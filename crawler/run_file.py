@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import zlib
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from store.text import clean_json, clean_text
 FORMATS = ("trec", "jsonl")
 MAX_LINE_BYTES = 1 << 20
 READ_BYTES = 1 << 20
-NL = b"\n"
+NL = b"\n"  # (an f-string may not hold a backslash)
 # Ranked names read from one file, in memory until the whole file is checked (about 250 bytes
 # each): the bound that keeps a small .gz of endless rows under the memory bound.
 MAX_RUN_ROWS = 3_000_000
@@ -217,7 +216,7 @@ def _parse_jsonl(path: Path, check) -> ParsedRun:
             continue
         where = f"{path}:{lineno}"
         try:
-            # NUL and lone surrogates → U+FFFD: the text both backends store, as for crawled hits
+            # NUL and lone surrogates → U+FFFD: the text both backends store, as crawled hits
             obj = json.loads(raw)
             if b"\\u" in raw:  # NUL and surrogates only come from \u escapes
                 obj = clean_json(obj)
