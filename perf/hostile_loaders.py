@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,16 +35,23 @@ def engines(root: Path, url: str, args: list[str], timeout: float) -> tuple[str,
     code = f"import sys\nfrom cli.main import app\nsys.argv = ['engines', '--db', {url!r}, *{args!r}]\napp()\n"
     env = {**os.environ, "PYTHONPATH": str(root), "ENGINES_NO_PROGRESS": "1"}
     t0 = time.monotonic()
+    # Its own process group: on timeout the engines process goes too, not only /usr/bin/time.
+    p = subprocess.Popen(["/usr/bin/time", "-v", sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=str(root), start_new_session=True)
     try:
-        p = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=timeout, env=env, cwd=str(root))
+        _, stderr = p.communicate(timeout=timeout)
+        killed = ""
     except subprocess.TimeoutExpired:
-        return "timeout", time.monotonic() - t0, -1, f"(killed after {timeout:.0f} s)"
+        os.killpg(p.pid, signal.SIGKILL)
+        _, stderr = p.communicate()
+        killed = f"(killed after {timeout:.0f} s)"
     wall = time.monotonic() - t0
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1)) * 1024
-    status = re.search(r"Exit status: (\d+)", p.stderr)
-    err = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.startswith(("\t", "Command exited"))]
-    return status.group(1) if status else str(p.returncode), wall, rss, (err[:1] or [""])[0][:150]
+    found = re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr)
+    rss = int(found.group(1)) * 1024 if found else -1
+    status = re.search(r"Exit status: (\d+)", stderr)
+    err = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith(("\t", "Command exited"))]
+    code_s = "timeout" if killed else status.group(1) if status else str(p.returncode)
+    return code_s, wall, rss, killed or (err[:1] or [""])[0][:150]
 
 
 def setup_bench(root: Path, url: str, tmp: Path, queries: int = 3) -> None:
