@@ -288,14 +288,12 @@ def _trec_text(path: Path) -> Iterator[tuple[int, list[str]]]:
 def _trec_rows(path: Path, check, mapping: dict[str, str] | None, mapping_path: Path | None,
                ) -> tuple[dict[str, list[tuple[int, int, float, str]]], set[str], int]:
     """qid → its (rank, line, score, name) rows in file order, the run tags seen, and the
-    number of lines. One string is kept per distinct name."""
+    number of lines."""
     # The hot loop (perf/run_import.py): one split per line, checks that cost a compare.
     per: dict[str, list[tuple[int, int, float, str]]] = {}
     tags: set[str] = set()
     last_tag = None
     get = mapping.get if mapping is not None else None
-    seen: dict[str, str] = {}
-    intern = seen.setdefault
     lineno = rows = 0
     for first, block in _trec_text(path):
         rows += len(block) - block.count("")
@@ -325,9 +323,8 @@ def _trec_rows(path: Path, check, mapping: dict[str, str] | None, mapping_path: 
                 if name is None:
                     raise InputError(f"{path}:{lineno}: DOCNO {doc!r} is not in {mapping_path}; "
                                      "pass the docnos.tsv written with this run")
-            else:
-                name = intern(doc, doc)
-            ranked.append((rank, lineno, score, name))
+                doc = name
+            ranked.append((rank, lineno, score, doc))
     if not per:
         raise InputError(f"{path}: no run lines in the file")
     return per, tags, lineno
