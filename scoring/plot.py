@@ -150,7 +150,7 @@ def _draw_rows(ax: Any, systems: list[dict[str, Any]], colours: dict[str, str], 
 
 def _draw_published(ax: Any, sources: list[dict[str, Any]], key: str) -> None:
     """Published reference rows: dashed grey hollow markers at the k values they report."""
-    from scoring.published import curve_points
+    from scoring.published import DIFFERENT_CORPUS, curve_points
 
     g = 0
     for src in sources:
@@ -165,7 +165,8 @@ def _draw_published(ax: Any, sources: list[dict[str, Any]], key: str) -> None:
             # so a dozen reference rows do not swamp a one-column legend.
             ax.plot(xs, vs, linestyle=(0, (2, 2)), marker="o", markerfacecolor="none", markersize=2.5,
                     linewidth=0.6, color=grey,
-                    label=f"published: {src.get('source', '')}" if first else None)
+                    label=(f"published: {src.get('source', '')}"
+                           + (f" ({DIFFERENT_CORPUS})" if src.get("different_corpus") else "")) if first else None)
             ax.annotate(str(row["system"]).split(" (", 1)[0], (xs[-1], vs[-1]), xytext=(2, 0),
                         textcoords="offset points", fontsize=4, color=grey, va="center")
             first = False

@@ -118,12 +118,13 @@ def read_jsonl(path: Path, what: str):
         raise InputError(f"{what} {path} does not exist or is not a file")
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark (Windows editors)
             if len(raw) > MAX_LINE_BYTES:
                 raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
             if not raw.strip():
                 continue
             try:
-                # NUL and lone surrogates → U+FFFD: text both backends store (as for crawled bodies)
                 obj = json.loads(raw)
                 if b"\\u" in raw:  # NUL and surrogates only come from \u escapes
                     obj = clean_json(obj)
@@ -239,7 +240,7 @@ def beir_queries(root: Path, split: str) -> tuple[list[dict[str, Any]], list[Pat
         texts[qid.strip()] = (text.strip(), meta, lineno)
     gold: dict[str, dict[str, None]] = {}  # qid → its judged ids, in order (a dict: linear in ids)
     order: list[str] = []
-    with open(qrels_path, encoding="utf-8", errors="strict") as fh:
+    with open(qrels_path, encoding="utf-8-sig", errors="strict") as fh:
         try:
             lines = clean_text(fh.read()).splitlines()
         except UnicodeDecodeError as exc:

@@ -196,7 +196,12 @@ def _authorizer(denied: list[str]):
 def sqlite_connect_read_only(path: str | Path, denied: list[str], timeout: float = 30) -> sqlite3.Connection:
     """A read-only connection to an existing SQLite file; ``denied`` collects refusals;
     ``timeout``: how long to wait for another process's lock."""
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    from store.db import sqlite_read_only, sqlite_read_only_uri
+
+    path = Path(path)
+    # A file that cannot be written (or a read-only mount) is opened immutable: mode=ro alone
+    # would still need a -shm file beside a WAL database, and could not create one there.
+    uri = sqlite_read_only_uri(path) if sqlite_read_only(path) else path.resolve().as_uri() + "?mode=ro"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=timeout)
     conn.set_authorizer(_authorizer(denied))
     return conn

@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.commands.common import get_db, info, out_console
+from engines.registry import engine_list
 from store.errors import InputError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)?")
@@ -69,7 +70,7 @@ def _pairs(values: list[str], what: str, example: str) -> dict[str, str]:
 
 def crawl_cmd(
     ctx: typer.Context,
-    engines: list[str] = typer.Argument(..., help="Remote engines to crawl: leansearch, leanexplore, leanfinder, loogle."),
+    engines: list[str] = typer.Argument(..., help=f"Remote engines to crawl: {engine_list()}."),
     bench: str = typer.Option(..., "--bench", "-b", help="Benchmark whose query texts to send (e.g. mathlibqr)."),
     rate: list[str] = typer.Option(
         None, "--rate", help="Courtesy limit N/PERIOD for every engine (3/30s), or ENGINE=N/PERIOD; repeatable."),

@@ -97,31 +97,56 @@ def run_dense_cmd(
 @run_app.command("import")
 def run_import_cmd(
     ctx: typer.Context,
-    file: str = typer.Argument(..., help="A TREC run (plain or .gz) or a JSONL run ({qid|query, ranked})."),
+    file: str = typer.Argument(
+        ..., help="A TREC run (plain or .gz), a JSONL run ({qid|query, ranked|scores}) or a ranx JSON run; - reads stdin."),
     bench: str = typer.Option(..., "--bench", "-b", help="The benchmark the run answers."),
     name: str = typer.Option(..., "--name", "-n", help="The row's name in tables and plots (not an engine's name)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="trec or jsonl (default: by content)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="trec, jsonl or ranx (default: by content)."),
     source: Optional[str] = typer.Option(None, "--source", help="Where the run comes from (shown, not part of the identity)."),
     docnos: Optional[str] = typer.Option(
         None, "--docnos", help="DOCNO -> name map (docnos.tsv of engines score --trec; default: the one beside FILE)."
     ),
+    order: str = typer.Option(
+        "rank", "--order", help="TREC: rank (the rank column, as written) or score (score descending, ties as trec_eval)."),
+    depth: Optional[int] = typer.Option(
+        None, "--depth", help="Names each query was asked for: metrics at k > depth are undefined (default: the longest list)."),
 ) -> None:
     """Import a run file as a system row (engine `run`, badge `imported`), scored like any other."""
     from crawler.runs import import_run
 
     db = get_db(ctx)
-    res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos)
+    res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos, order=order, depth=depth)
     p = res.parsed
     via = f", DOCNOs read through {p.docnos}" if p.docnos else ""
+    by = ", ordered by score" if p.order == "score" else ""
     if not res.created:
-        extra = "; source updated" if res.source_changed else ""
+        extra = "; source updated" if res.source_changed and not res.depth_changed else ""
+        extra += f"; depth set to {res.depth or 'k_max'}" if res.depth_changed else ""
         info(f"run {res.label}: config {res.config_id}; already imported from this file (sha256 {p.sha256[:12]}), "
              f"nothing to do{extra}")
     else:
-        info(f"imported run {res.label} ({p.format}{via}): config {res.config_id}, sha256 {p.sha256[:12]}; "
-             f"{res.answers} answered query texts, {res.hits} hits, {res.unanswered} query texts unanswered")
+        info(f"imported run {res.label} ({p.format}{via}{by}): config {res.config_id}, sha256 {p.sha256[:12]}; "
+             f"{res.queries} of {res.queries_total} queries answered ({res.answers} of {res.texts_total} distinct "
+             f"query texts), {res.hits} hits; {_n(res.queries_total - res.queries, 'query', 'queries')} unanswered")
+        for corpus, absent, total in res.not_in_corpus:
+            info(f"  corpus {corpus} does not hold {absent} of the {total} distinct returned names")
+    info(_depth_line(res))
     for note in res.notes:
         info(f"note: {note}")
+
+
+def _n(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _depth_line(res) -> str:  # noqa: ANN001
+    """The depth the row is scored to, and what a complete ranking would take."""
+    why = "--depth" if res.depth_given else ("the cap its export names" if res.parsed.cap_known else "the longest list")
+    if res.depth is None:
+        return f"depth: complete to k_max = 200 ({why}); every metric is defined"
+    hint = " (nDCG@10 and R@10: --depth 10)" if res.depth < 10 else ""
+    return (f"depth: {res.depth} ({why}); metrics at k > {res.depth} are undefined (—): a ranking complete to k "
+            f"takes --depth k or more{hint}")
 
 
 @run_app.command("drop")

@@ -100,7 +100,8 @@ def _published_table(doc: dict, src: dict) -> Table:
     for m in cols + extra:
         table.add_column(m, justify="right")
     for r in src["rows"]:
-        table.add_row(escape(r["system"]) + " [dim](published)[/dim]",
+        badge = "".join(f" [bold]{escape(b)}[/bold]" for b in r.get("badges") or [])
+        table.add_row(escape(r["system"]) + " [dim](published)[/dim]" + badge,
                       *["" if r["metrics"].get(m) is None else f"{r['metrics'][m]:.3f}" for m in cols + extra])
     return table
 
@@ -114,6 +115,23 @@ def _comparison_table(doc: dict) -> Table:
         table.add_row(escape(c["a"]), escape(c["b"]), c["metric"], str(c.get("n", "")), f"{c['diff']:+.3f}",
                       f"[{lo:+.3f}, {hi:+.3f}]", f"{c['p']:.3f}")
     return table
+
+
+def _scope_notes(scope: dict, doc: dict) -> None:
+    """The scoring conventions a reader must know to compare these figures."""
+    if scope.get("uncovered") == "zero":
+        info(f"--uncovered zero: {len(scope['uncovered_qids'])} queries whose gold is not in "
+             f"{doc['corpus']['name']} stay in n, scored 0 (the methodology drops them: --uncovered drop)")
+    if scope.get("answered_by"):
+        info(f"--answered-by {scope['answered_by']['system']}: only the {scope['answered_by']['texts']} query "
+             "texts it answered are scored")
+
+
+def _order_notes(doc: dict) -> None:
+    """Why a row sits after the ranked ones: its sort metric is undefined."""
+    for s in doc["systems"]:
+        if s.get("order_note"):
+            info(f"note: {view.label(s)} is {s['order_note']}")
 
 
 def register(app: typer.Typer) -> None:
@@ -144,6 +162,11 @@ def register(app: typer.Typer) -> None:
         ),
         epoch: Optional[str] = typer.Option(
             None, "--epoch", help="Epoch to score per configuration: newest (default), all, or an epoch number or label."),
+        uncovered: str = typer.Option(
+            "drop", "--uncovered", help="Queries whose gold is not in the corpus: drop (leave n; the methodology's) "
+            "or zero (stay in n, scored 0)."),
+        answered_by: Optional[str] = typer.Option(
+            None, "--answered-by", help="Score only the queries this system answered (compare on a partial run's queries)."),
     ) -> None:
         """Score every system on a benchmark: leaderboard table, CIs, optional JSON / TREC export."""
         from scoring.results import score, write_json
@@ -162,6 +185,7 @@ def register(app: typer.Typer) -> None:
             db, bench, corpus=corpus, subset=subset, systems=system or None, by=by or None,
             compare=tuple(compare) if compare and compare[0] else None, profile=profile,
             shared_with=shared_with or None, snapshots=snapshots or None, styles=style or None, slice=slice_, epochs=epoch,
+            uncovered=uncovered, answered_by=answered_by,
         )
         doc = result.to_json()
         if not doc["systems"]:  # as engines plot: nothing to rank is a failure, not an empty table
@@ -171,8 +195,11 @@ def register(app: typer.Typer) -> None:
             from scoring.published import attach
 
             attach(doc)
-        # Piped output (files, CI logs) gets a wide console so no column is squeezed to "…".
-        console = out_console if out_console.is_terminal else Console(width=240, highlight=False)
+        to_stdout = json_path is not None and str(json_path) == "-"
+        # Piped output (files, CI logs) gets a wide console so no column is squeezed to "…";
+        # with --json - the JSON owns stdout and the tables go to stderr.
+        console = (Console(stderr=True, width=240, highlight=False) if to_stdout
+                   else out_console if out_console.is_terminal else Console(width=240, highlight=False))
         if view.banner(doc):
             console.print(f"[bold red]{view.banner(doc)}[/bold red]")
         scope = doc["scope"]
@@ -181,8 +208,10 @@ def register(app: typer.Typer) -> None:
             f"{len(scope['dropped_qids'])} dropped (gold not in {doc['corpus']['name']}), "
             f"{scope['unresolved_units']} gold units unresolved; profile {doc['profile']}"
         )
+        _scope_notes(scope, doc)
         if doc["systems"]:
             console.print(_main_table(doc))
+            _order_notes(doc)
             if doc.get("overlapping_units"):
                 info(f"note: {doc['overlapping_units']} scored queries have premise groups sharing a name; there P@k, "
                      "nDCG and AP credit each returned row to one group (maximum matching), R@k and Covered count every group")
@@ -200,7 +229,11 @@ def register(app: typer.Typer) -> None:
                      "--subset shared171, full mathlibqr and mathlibmpr, main profile)")
             for src in doc["published"]:
                 console.print(_published_table(doc, src))
-        if json_path is not None:
+        if to_stdout:
+            import json
+
+            typer.echo(json.dumps(doc, ensure_ascii=False, allow_nan=False))
+        elif json_path is not None:
             if published:
                 _write_doc(doc, json_path)
             else:
