@@ -39,7 +39,7 @@ READ_BYTES = 1 << 20
 NL = b"\n"  # (an f-string may not hold a backslash)
 # Ranked names read from one file, in memory until the whole file is checked (about 250 bytes
 # each): the bound that keeps a small .gz of endless rows under the memory bound.
-MAX_RUN_ROWS = 3_000_000
+MAX_RUN_ROWS = 2_000_000
 # A ranx run is one JSON document, read whole: its (inflated) size is bounded.
 MAX_RANX_BYTES = 64 << 20
 DOCNOS_FILE = "docnos.tsv"  # written by scoring.export beside its run files
