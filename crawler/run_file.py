@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from store.errors import InputError
+from store.sniff import refuse_other_kinds
 from store.text import clean_json, clean_text
 
 FORMATS = ("trec", "jsonl", "ranx")
@@ -247,6 +248,8 @@ def parse_run(
         raise InputError(f"--format {fmt!r}: expected trec, jsonl or ranx")
     if order not in ORDERS:
         raise InputError(f"--order {order!r}: expected rank or score")
+    if not stdin:
+        refuse_other_kinds(path, ("trec-run", "jsonl-run"), "a run")
     spooled = _spool_stdin() if stdin else None
     try:
         return _parse_from(spooled or path, path, fmt, docnos, _key_check(path, qids, texts, bench), order, stdin)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crawler.fetch import Fetcher
-from crawler.options import CrawlOptions, EngineResult
+from crawler.options import EXIT_WORK_REMAINS, CrawlOptions, EngineResult
 from crawler.pacing import Pacer
 from crawler.plan import Counts, WorkQueue, benchmark_texts, current_epoch
 from engines.base import Rate, config_hash
@@ -41,6 +41,7 @@ def resolve_engines(db, opts: CrawlOptions, worker: str) -> list[CrawlEngine]:
     texts = benchmark_texts(db, bench.id, opts.all_styles)
     if not texts:
         raise UserError(f"benchmark {opts.bench!r} has no query texts to crawl")
+    check_hosts_resolve(opts)  # before any configuration or epoch is written
     out: list[CrawlEngine] = []
     seen: set[str] = set()
     for name in opts.engines:
@@ -93,6 +94,25 @@ def resolve_engines(db, opts: CrawlOptions, worker: str) -> list[CrawlEngine]:
                               rate=rate, counts=Counts(len(queue.texts), 0, 0))
         out.append(CrawlEngine(name, adapter, config_id, label, epoch, rate, queue, result))
     return out
+
+
+def check_hosts_resolve(opts: CrawlOptions) -> None:
+    """Before anything is written or sent: every engine's host resolves. With no network (or
+    a mistyped ``--url``) a crawl says so in one line and exits 3 (nothing was sent, all stays
+    due) instead of retrying a name the resolver does not know like a 503."""
+    from engines.offline import unresolved
+    from engines.registry import get_adapter
+
+    for name in dict.fromkeys(n.lower() for n in opts.engines):
+        adapter = get_adapter(name, base_url=opts.urls.get(name))
+        check_secrets_over_tls(adapter)  # a credential over plain http is refused first, network or not
+        why = unresolved(adapter.base_url)
+        if why is not None:
+            env = f"ENGINES_{name.upper()}_URL"
+            raise UserError(
+                f"{name}: host {adapter.host} does not resolve ({why}): no network, or a wrong --url / {env}; "
+                "nothing was sent and every text stays due, run the same command again when online",
+                exit_code=EXIT_WORK_REMAINS)
 
 
 def _is_loopback(host: str) -> bool:

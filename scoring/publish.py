@@ -179,6 +179,7 @@ class PublishSummary:
     remote_systems: int = 0
     runs: int = 0
     corpus_embedded: bool = False
+    corpora: list[dict[str, Any]] = field(default_factory=list)  # the corpora the bundle names
     claim: dict[str, Any] = field(default_factory=dict)
 
 
@@ -265,6 +266,7 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     summary.remote_systems = len(remote)
     summary.runs = len(parts.runs)
     summary.corpus_embedded = bool(parts.embed)
+    summary.corpora = parts.corpora
     return summary
 
 

@@ -261,12 +261,12 @@ def _checked_options(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     return out
 
 
-def _corpus_missing(ref: dict[str, Any]) -> CannotVerify:
-    src = ref.get("source") or "unknown source"
+def _corpus_missing(ref: dict[str, Any], bundle: Path) -> CannotVerify:
+    from scoring.corpus_hint import how_to_get
+
     return CannotVerify(
         f"corpus {ref.get('name')}@{ref.get('revision')} (sha256 {ref.get('sha256')}) is not in the bundle, not given "
-        f"with --corpus, not in the local cache and not shipped with engines; get it from {src} "
-        f"(`engines corpus load` takes that source) and pass the file with --corpus PATH")
+        f"with --corpus, not in the local cache and not shipped with engines; run {how_to_get(ref, bundle)}")
 
 
 
@@ -324,7 +324,7 @@ def _corpus_files(contents: Contents, corpus: str | Path | None, path: Path) -> 
             if corpus and Path(corpus).expanduser().is_file():
                 raise CannotVerify(f"--corpus {corpus}: its sha256 is not {want} (corpus {ref.get('name')}@"
                                    f"{ref.get('revision')}); get that file from {ref.get('source')}")
-            raise _corpus_missing(ref)
+            raise _corpus_missing(ref, path)
         corpus_files.append((ref, found))
     if not corpus_files:
         raise CannotVerify(f"{path}: the bundle names no corpus; it cannot be verified")

@@ -42,6 +42,7 @@ from store.bench_formats import (  # noqa: F401 - the readers' names, importable
 )
 from store.db import Database
 from store.errors import InputError
+from store.sniff import refuse_other_kinds
 from store.text import clean_json, clean_text
 from store.models import Benchmark, GoldName, GoldUnit, Query, Subset, SubsetMember
 
@@ -113,6 +114,7 @@ def load_benchmark_file(
         return load_external(db, path, name=name, split=split, task=task)
     if task is not None:
         raise InputError(f"--task applies to BEIR directories and JSONL benchmarks, not to {path.name}")
+    refuse_other_kinds(path, ("benchmark",), "a benchmark")
     raw, data, is_text = _read(path)
     digest = hashlib.sha256(raw).hexdigest()
     fmt = _detect(data, is_text)
@@ -301,6 +303,8 @@ def load_external(
     path = Path(src).expanduser()
     if not path.exists():
         raise InputError(f"benchmark source {path} does not exist")
+    if path.is_file():
+        refuse_other_kinds(path, ("benchmark",), "a benchmark")
     if not name and path.is_dir():
         raise InputError(f"benchmark source {path} is a directory: a BEIR directory (queries.jsonl, qrels/) "
                          "loads with --name NAME; otherwise pass a .json or .txt benchmark file")

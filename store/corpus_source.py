@@ -43,6 +43,9 @@ def resolve_source(src: str, *, download_dir: Path | None = None) -> CorpusSourc
         raise InputError(f"corpus file {src} does not exist; pass a .jsonl, .jsonl.gz or hf://OWNER/DATASET@REVISION")
     if path.is_dir():
         raise InputError(f"corpus source {src} is a directory; pass the .jsonl or .jsonl.gz file inside it")
+    from store.sniff import refuse_other_kinds
+
+    refuse_other_kinds(path, ("corpus",), "a corpus")
     return CorpusSource(path=path, display=src, revision=None)
 
 

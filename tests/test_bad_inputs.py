@@ -56,9 +56,9 @@ def _sha(path: Path) -> str | None:
 
 
 def _listing(d: Path) -> list[str]:
-    # SQLite's -wal/-shm companions come and go with connections, and the crawler's flock file
-    # stays by design (removing it would race with a starting crawler); the data is in the hashed file.
-    return sorted(p.name for p in d.iterdir() if not p.name.endswith(("-wal", "-shm", ".crawl.lock")))
+    # SQLite's -wal/-shm companions come and go with connections; the data is in the hashed file.
+    # (The crawler's lock file is removed when a crawl ends, so it is not filtered.)
+    return sorted(p.name for p in d.iterdir() if not p.name.endswith(("-wal", "-shm")))
 
 
 B = ["--bench", "mathlibqr"]

@@ -10,8 +10,8 @@ import sqlalchemy as sa
 import typer
 from rich.table import Table
 
-from cli.commands.common import (db_url, get_db, info, missing_sqlite_file, out_console, progress_counter,
-                                 upgrade_lines)
+from cli.commands.common import (db_url, get_db, info, missing_sqlite_file, out_console, progress_counter, sized,
+                                 slow_progress, upgrade_lines)
 from store import db as dbmod
 from store.benchmarks import load_benchmark_file, load_shipped
 from store.corpus import load_corpus
@@ -147,7 +147,9 @@ def bench_load(
     db = get_db(ctx)
     results = load_shipped(db) if shipped else []
     for path in src or []:
-        results.append(load_benchmark_file(db, path, name=name, allow_modified=allow_modified, split=split, task=task))
+        with slow_progress(f"loading benchmark {sized(path)}"):
+            results.append(load_benchmark_file(db, path, name=name, allow_modified=allow_modified, split=split,
+                                               task=task))
     for res in results:
         what = ", ".join(res.names)
         state = "loaded" if res.created else "already loaded"

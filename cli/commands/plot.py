@@ -9,6 +9,7 @@ import typer
 
 from cli.commands.common import get_db, info
 from store.errors import InputError
+from store.text import escaped
 
 
 def plot_command(
@@ -53,8 +54,8 @@ def plot_command(
         doc["published"] = []
     path = plot_curves(doc, metric, out)
     if doc.get("banner"):
-        info(f"note: {doc['banner']}")
-    typer.echo(str(path))
+        info(f"note: {escaped(doc['banner'])}")
+    typer.echo(escaped(path))
 
 
 def register(app: typer.Typer) -> None:

@@ -31,6 +31,7 @@ from crawler.bundle.records import _Rec
 from crawler.bundle.warc import _BATCH, H_CONFIG, BadBundle, ImportSummary, _parse_date, fingerprint
 from store.errors import InputError, UserError
 from store.models import Crawl, EngineConfig, Epoch, Exchange
+from store.sniff import refuse_other_kinds
 from store.types import utcnow
 
 
@@ -41,6 +42,7 @@ def import_bundle(db, path: str | Path, *, progress=None) -> ImportSummary:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"bundle {path} does not exist; give the path of a .warc.gz file")
+    refuse_other_kinds(path, ("warc",), "a WARC bundle")
     summary = ImportSummary()
     t0 = time.perf_counter()
     with db.session() as s, s.begin(), open(path, "rb") as fh:
