@@ -7,27 +7,42 @@ DOCNOs read back through our export's ``docnos.tsv`` when there is one; JSONL
 ranx JSON run ``{qid: {name: score}}``. A UTF-8 byte order mark is skipped; ``-`` reads
 standard input. All or nothing: an error names the first bad line. :mod:`archive.runs`
 matches the lists to a benchmark and writes them.
+
+Bounded like bundles: a file (a small .gz inflating to gigabytes too) is read a block at
+a time, a line longer than ``MAX_LINE_BYTES`` is refused before it is read whole, at most
+``MAX_RUN_ROWS`` ranked names are kept, and a ranx run (one JSON document) is at most
+``MAX_RANX_BYTES``. NUL and lone surrogates in names are stored as U+FFFD, as crawled hits.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
+import shutil
 import sys
+import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from store.errors import InputError
 from store.sniff import refuse_other_kinds
+from store.text import clean_json, clean_text
 
 FORMATS = ("trec", "jsonl", "ranx")
 ORDERS = ("rank", "score")
 BOM = b"\xef\xbb\xbf"
 STDIN = "-"
 MAX_LINE_BYTES = 1 << 20
+READ_BYTES = 1 << 20
+NL = b"\n"  # (an f-string may not hold a backslash)
+# Ranked names read from one file, in memory until the whole file is checked (about 250 bytes
+# each): the bound that keeps a small .gz of endless rows under the memory bound.
+MAX_RUN_ROWS = 2_000_000
+# A ranx run is one JSON document, read whole: its (inflated) size is bounded.
+MAX_RANX_BYTES = 64 << 20
 DOCNOS_FILE = "docnos.tsv"  # written by scoring.export beside its run files
 
 
@@ -58,30 +73,92 @@ class ParsedRun:
 # ------------------------------------------------------------------------- reading
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The file's bytes (``-``: standard input), gunzipped when they are gzip data, without
-    a UTF-8 byte order mark."""
-    if str(path) == STDIN:
-        raw = sys.stdin.buffer.read()
-        if not raw:
-            raise InputError("run from standard input (-): nothing was read; pipe a run file in")
-    elif not path.is_file():
+def _open_raw(path: Path) -> BinaryIO:
+    """The file for reading bytes, gunzipped as it is read when it is gzip data."""
+    if not path.is_file():
         raise InputError(f"run file {path} does not exist or is not a file")
-    else:
-        raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{path}: broken gzip data ({exc}); re-compress or pass the plain file") from None
-    return raw
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rb") if gz else open(path, "rb")
 
 
-def _lines(path: Path, raw: bytes) -> Iterator[tuple[int, bytes]]:
-    for lineno, line in enumerate(io.BytesIO(raw.removeprefix(BOM)), start=1):
+def _spool_stdin() -> Path:
+    """Standard input copied to a temporary file, block by block (read like any file, never
+    whole in memory); the caller removes it."""
+    fd, name = tempfile.mkstemp(prefix="engines-run-", suffix=".stdin")
+    with open(fd, "wb") as out:
+        shutil.copyfileobj(sys.stdin.buffer, out, READ_BYTES)
+    if not Path(name).stat().st_size:
+        Path(name).unlink()
+        raise InputError("run from standard input (-): nothing was read; pipe a run file in")
+    return Path(name)
+
+
+def _blocks(path: Path, shown: Path | None = None) -> Iterator[tuple[int, bytes]]:
+    """(number of its first line, block of whole lines without the last newline), read
+    ``READ_BYTES`` at a time (a UTF-8 byte order mark skipped): never more than a block and
+    one unfinished line in memory, and a line longer than ``MAX_LINE_BYTES`` is refused
+    before it is read whole (a small .gz can inflate to one endless line)."""
+    shown = shown or path
+    lineno, rest = 1, b""
+    with _open_raw(path) as fh:
+        first = True
+        while True:
+            try:
+                block = fh.read(READ_BYTES)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise InputError(f"{shown}: broken gzip data ({exc}); re-compress or pass the plain file") from None
+            if not block:
+                break
+            if first:
+                block, first = block.removeprefix(BOM), False
+            data = rest + block if rest else block
+            cut = data.rfind(NL)
+            if cut < 0:
+                rest = data
+            else:
+                whole, rest = data[:cut], data[cut + 1:]
+                if len(whole) > MAX_LINE_BYTES:
+                    _check_lengths(shown, lineno, whole)
+                yield lineno, whole
+                lineno += whole.count(NL) + 1
+            if len(rest) > MAX_LINE_BYTES:
+                _too_long(shown, lineno)
+    if rest:
+        yield lineno, rest
+
+
+def _too_long(path: Path, lineno: int) -> None:
+    raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
+
+
+def _check_lengths(path: Path, lineno: int, whole: bytes) -> None:
+    for i, line in enumerate(whole.split(NL)):
         if len(line) > MAX_LINE_BYTES:
-            raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
-        yield lineno, line
+            _too_long(path, lineno + i)
+
+
+def _lines(path: Path, shown: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, line without its newline), each at most ``MAX_LINE_BYTES``."""
+    for first, whole in _blocks(path, shown):
+        yield from enumerate(whole.split(NL), start=first)
+
+
+def _too_many(path: Path, lineno: int) -> None:
+    raise InputError(
+        f"{path}:{lineno}: more than {MAX_RUN_ROWS:,} ranked names in the run file; only the first "
+        "names of each list (k_max, 200 by default) are kept, so cut each query's list to its top ranks"
+    )
+
+
+def _whole(path: Path, limit: int) -> bytes | None:
+    """The (gunzipped) file without a byte order mark, or None when it is longer than ``limit``."""
+    with _open_raw(path) as fh:
+        try:
+            raw = fh.read(limit + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"{path}: broken gzip data ({exc}); re-compress or pass the plain file") from None
+    return None if len(raw) > limit else raw.removeprefix(BOM)
 
 
 def file_sha256(path: Path) -> str:
@@ -113,17 +190,18 @@ def read_docnos(path: Path) -> tuple[dict[str, str], dict[str, int | None]]:
         # "!dup!<rank>" (a repeat, or a gold row the matching did not credit) stays a
         # placeholder: it never resolves and keeps its rank. "!u<j>!…" (a credited row whose
         # unit's names all went to earlier units) maps to that unit's first name.
-        out[doc] = doc if doc.startswith("!dup!") or not name else name
+        out[doc] = doc if doc.startswith("!dup!") or not name else clean_text(name)
     return out, caps
 
 
-def _detect(path: Path, raw: bytes) -> str:
-    for _, line in _lines(path, raw):
+def _detect(path: Path, shown: Path) -> str:
+    for _, line in _lines(path, shown):
         if line.strip():
             if not line.lstrip().startswith(b"{"):
                 return "trec"
-            return "ranx" if _ranx_object(raw) is not None else "jsonl"
-    raise InputError(f"{path}: the run file is empty")
+            raw = _whole(path, MAX_RANX_BYTES)
+            return "ranx" if raw is not None and _ranx_object(raw) is not None else "jsonl"
+    raise InputError(f"{shown}: the run file is empty")
 
 
 def _ranx_object(raw: bytes) -> dict[str, Any] | None:
@@ -132,6 +210,8 @@ def _ranx_object(raw: bytes) -> dict[str, Any] | None:
         obj = json.loads(raw.removeprefix(BOM))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
+    if b"\\u" in raw:  # NUL and surrogates only come from \u escapes
+        obj = clean_json(obj)
     if isinstance(obj, dict) and obj and all(isinstance(v, dict) for v in obj.values()):
         return obj
     return None
@@ -170,8 +250,18 @@ def parse_run(
         raise InputError(f"--order {order!r}: expected rank or score")
     if not stdin:
         refuse_other_kinds(path, ("trec-run", "jsonl-run"), "a run")
-    raw = _read_bytes(path)
-    fmt = fmt or _detect(path, raw)
+    spooled = _spool_stdin() if stdin else None
+    try:
+        return _parse_from(spooled or path, path, fmt, docnos, _key_check(path, qids, texts, bench), order, stdin)
+    finally:
+        if spooled is not None:
+            spooled.unlink(missing_ok=True)
+
+
+def _parse_from(src: Path, path: Path, fmt: str | None, docnos: str | Path | None, check, order: str,
+                stdin: bool) -> ParsedRun:
+    """:func:`parse_run` of the file ``src`` (standard input spooled), shown as ``path``."""
+    fmt = fmt or _detect(src, path)
     mapping_path: Path | None = None
     if fmt == "trec":
         if docnos is not None:
@@ -183,14 +273,13 @@ def parse_run(
     if order == "score" and fmt != "trec":
         raise InputError(f"--order score applies to TREC runs (a {fmt} run's order is its list, or its scores)")
     mapping, caps = read_docnos(mapping_path) if mapping_path is not None else (None, {})
-    check = _key_check(path, qids, texts, bench)
     if fmt == "jsonl":
-        parsed = _parse_jsonl(path, raw, check)
+        parsed = _parse_jsonl(src, path, check)
     elif fmt == "ranx":
-        parsed = _parse_ranx(path, raw, check)
+        parsed = _parse_ranx(src, path, check)
     else:
-        parsed = _parse_trec(path, raw, check, mapping, mapping_path, caps, order)
-    parsed.sha256 = hashlib.sha256(raw if stdin else path.read_bytes()).hexdigest()
+        parsed = _parse_trec(src, path, check, mapping, mapping_path, caps, order)
+    parsed.sha256 = file_sha256(src)  # the bytes as given (gzip data stays gzip data)
     return parsed
 
 
@@ -208,18 +297,20 @@ def _key_check(path: Path, qids: set[str] | None, texts: set[str] | None, bench:
     return check
 
 
-def _parse_jsonl(path: Path, data: bytes, check) -> ParsedRun:
+def _parse_jsonl(src: Path, path: Path, check) -> ParsedRun:
     """A JSONL run: one ``{"qid"|"query": ..., "ranked": [names]}`` (or ``"scores": {name:
     score}``, ranked by score) per line."""
-    lines = 0
+    lines = rows = 0
     lists: dict[tuple[str, str], RunList] = {}
-    for lineno, raw in _lines(path, data):
+    for lineno, raw in _lines(src, path):
         lines = lineno
         if not raw.strip():
             continue
         where = f"{path}:{lineno}"
         try:
             obj = json.loads(raw)
+            if b"\\u" in raw:  # NUL and lone surrogates (only from \u escapes) → U+FFFD, as crawled hits
+                obj = clean_json(obj)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             why = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
             raise InputError(f"{where}: not a JSON line ({why}); expected {{\"qid\": ..., \"ranked\": [names]}}") from None
@@ -235,6 +326,9 @@ def _parse_jsonl(path: Path, data: bytes, check) -> ParsedRun:
             raise InputError(f"{where}: {by!r} must be a non-empty string")
         key = key.strip()
         names = _jsonl_names(obj["ranked"], where) if "ranked" in obj else _scored_names(obj["scores"], where)
+        rows += len(names)
+        if rows > MAX_RUN_ROWS:
+            _too_many(path, lineno)
         if (by, key) in lists:
             raise InputError(f"{where}: {by} {key[:60]!r} already has a list (line {lists[(by, key)].line}); "
                              "give each query one line")
@@ -259,12 +353,19 @@ def _scored_names(scores: Any, where: str) -> list[str]:
     return by_score(pairs)
 
 
-def _parse_ranx(path: Path, raw: bytes, check) -> ParsedRun:
+def _parse_ranx(src: Path, path: Path, check) -> ParsedRun:
     """ranx's JSON run: ``{qid: {doc: score}}``, each query ranked by score."""
+    raw = _whole(src, MAX_RANX_BYTES)
+    if raw is None:
+        raise InputError(f"{path}: a ranx JSON run larger than {MAX_RANX_BYTES >> 20} MiB (it is read whole); "
+                         "write it as TREC or JSONL, which are read line by line")
     obj = _ranx_object(raw)
+    del raw
     if obj is None:
         raise InputError(f"{path}: not a ranx JSON run; expected {{\"qid\": {{\"name\": score, ...}}, ...}}")
     lists = []
+    if sum(len(v) for v in obj.values()) > MAX_RUN_ROWS:
+        _too_many(path, 1)
     for i, (qid, scores) in enumerate(obj.items(), start=1):
         where = f"{path}: query {qid[:60]!r}"
         check(qid.strip(), "qid", 1)
@@ -286,66 +387,73 @@ def _jsonl_names(ranked: Any, where: str) -> list[str]:
     return names
 
 
-def _parse_trec(path: Path, raw: bytes, check, mapping: dict[str, str] | None, mapping_path: Path | None,
+def _parse_trec(src: Path, path: Path, check, mapping: dict[str, str] | None, mapping_path: Path | None,
                 caps: dict[str, int | None], order: str = "rank") -> ParsedRun:
     """A TREC run (``qid Q0 docno rank score tag``), DOCNOs read through ``mapping`` when given."""
-    raw = raw.removeprefix(BOM)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = raw[:exc.start].count(b"\n") + 1
-        raise InputError(f"{path}:{lineno}: not UTF-8 text") from None
-    rows = text.split("\n")
-    if len(raw) > MAX_LINE_BYTES and max(map(len, rows)) > MAX_LINE_BYTES:
-        lineno = next(i for i, r in enumerate(rows, start=1) if len(r) > MAX_LINE_BYTES)
-        raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
-    per, tags = _trec_rows(path, rows, check, mapping, mapping_path)
+    per, tags, lines = _trec_rows(src, path, check, mapping, mapping_path)
     out, disagree = _trec_lists(path, per) if order == "rank" else (_trec_by_score(per), 0)
-    parsed = ParsedRun(path, "", "trec", out, len(rows), disagree,
+    parsed = ParsedRun(path, "", "trec", out, lines, disagree,
                        str(mapping_path) if mapping_path is not None else None, order=order)
     if len(tags) == 1 and next(iter(tags)) in caps:
         parsed.cap_known, parsed.result_cap = True, caps[next(iter(tags))]
     return parsed
 
 
-def _trec_rows(path: Path, rows: list[str], check, mapping: dict[str, str] | None, mapping_path: Path | None,
-               ) -> tuple[dict[str, list[tuple[int, int, float, str]]], set[str]]:
-    """qid → its (rank, line, score, name) rows in file order, and the run tags seen."""
+def _trec_text(src: Path, path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(number of the first line, the lines) of each block of the file, as text."""
+    for first, whole in _blocks(src, path):
+        try:
+            text = whole.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}:{first + whole.count(NL, 0, exc.start)}: not UTF-8 text") from None
+        if "\x00" in text:  # stored as both backends can (PostgreSQL text refuses NUL), as crawled hits are
+            text = clean_text(text)
+        yield first, text.split("\n")
+
+
+def _trec_rows(src: Path, path: Path, check, mapping: dict[str, str] | None, mapping_path: Path | None,
+               ) -> tuple[dict[str, list[tuple[int, int, float, str]]], set[str], int]:
+    """qid → its (rank, line, score, name) rows in file order, the run tags seen, and the
+    number of lines."""
     # The hot loop (perf/run_import.py): one split per line, checks that cost a compare.
     per: dict[str, list[tuple[int, int, float, str]]] = {}
     tags: set[str] = set()
     last_tag = None
     get = mapping.get if mapping is not None else None
-    for lineno, line in enumerate(rows, start=1):
-        cols = line.split()
-        if len(cols) != 6:
-            if not cols:
-                continue
-            raise InputError(f"{path}:{lineno}: expected 'qid Q0 docno rank score tag' (6 columns), got {len(cols)}")
-        qid, _, doc, rank_s, score_s, tag = cols
-        if tag != last_tag:
-            tags.add(tag)
-            last_tag = tag
-        try:
-            rank = int(rank_s)
-            score = float(score_s)
-        except ValueError:
-            raise InputError(f"{path}:{lineno}: rank {rank_s!r} must be an integer and score {score_s!r} a number") from None
-        ranked = per.get(qid)
-        if ranked is None:
-            check(qid, "qid", lineno)
-            ranked = per[qid] = []
-        if get is not None:
-            name = get(doc)
-            if name is None:
-                raise InputError(f"{path}:{lineno}: DOCNO {doc!r} is not in {mapping_path}; "
-                                 "pass the docnos.tsv written with this run")
-        else:
-            name = doc
-        ranked.append((rank, lineno, score, name))
+    lineno = rows = 0
+    for first, block in _trec_text(src, path):
+        rows += len(block) - block.count("")
+        if rows > MAX_RUN_ROWS:
+            _too_many(path, first + len(block) - 1)
+        for lineno, line in enumerate(block, start=first):
+            cols = line.split()
+            if len(cols) != 6:
+                if not cols:
+                    continue
+                raise InputError(f"{path}:{lineno}: expected 'qid Q0 docno rank score tag' (6 columns), got {len(cols)}")
+            qid, _, doc, rank_s, score_s, tag = cols
+            if tag != last_tag:
+                tags.add(tag)
+                last_tag = tag
+            try:
+                rank = int(rank_s)
+                score = float(score_s)
+            except ValueError:
+                raise InputError(f"{path}:{lineno}: rank {rank_s!r} must be an integer and score {score_s!r} a number") from None
+            ranked = per.get(qid)
+            if ranked is None:
+                check(qid, "qid", lineno)
+                ranked = per[qid] = []
+            if get is not None:
+                name = get(doc)
+                if name is None:
+                    raise InputError(f"{path}:{lineno}: DOCNO {doc!r} is not in {mapping_path}; "
+                                     "pass the docnos.tsv written with this run")
+                doc = name
+            ranked.append((rank, lineno, score, doc))
     if not per:
         raise InputError(f"{path}: no run lines in the file")
-    return per, tags
+    return per, tags, lineno
 
 
 def _trec_lists(path: Path, per: dict[str, list[tuple[int, int, float, str]]]) -> tuple[list[RunList], int]:

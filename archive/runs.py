@@ -29,6 +29,7 @@ from archive.run_file import (  # noqa: F401
 )
 from store.db import Database
 from store.errors import InputError
+from store.text import clean_text, escaped
 from store.models import Answer, Benchmark, EngineConfig, Epoch, Hit, Position, Query, WorkLease
 from store.writes import AnswerRow, add_answers
 
@@ -142,6 +143,8 @@ def run_identity(*, bench: str, name: str, sha256: str, fmt: str, order: str = "
 
 def check_name(session: Session, name: str) -> None:
     low = name.strip().lower()
+    if clean_text(name) != name:  # a lone surrogate: bytes of the command line that are not UTF-8
+        raise InputError(f"--name {escaped(name)}: not UTF-8 text; give the name in UTF-8")
     if not name.strip() or name != name.strip():
         raise InputError(f"--name {name!r}: give a non-empty name without surrounding spaces")
     if low in reserved_names():
@@ -196,7 +199,13 @@ def write_run(
         config_hash=digest, label=name, local=False, result_cap=cap,
     )
     session.add(cfg)
-    session.flush()
+    try:
+        session.flush()
+    except sa.exc.IntegrityError:  # the unique config_hash: another process wrote this row since our check
+        raise InputError(
+            f"run {name!r} of this file is being imported by another engines process at the same time (or was "
+            "just imported); run the command again once that one has finished: the same file again changes nothing"
+        ) from None
     rows = [
         AnswerRow(config_id=cfg.id, query_text=text, query_sha256=sha,
                   hits=[RunHit(rank, nm) for rank, nm in enumerate(names, start=1)])
@@ -231,31 +240,37 @@ def import_run(
     None = the longest list (or the cap our own export names)."""
     if depth is not None and depth < 1:
         raise InputError(f"--depth {depth}: give the number of names each query was asked for (1 or more)")
-    with db.session() as s, s.begin():
-        check_name(s, name)
-        b, by_qid, by_text = benchmark_queries(s, bench)
-        parsed = parse_run(path, fmt, docnos, qids=set(by_qid), texts=set(by_text), bench=bench, order=order)
-        lists, cut = match_benchmark(parsed, by_qid, by_text, k_max)
-        _check_depth(parsed, depth)
-        before = None
-        old_cap = _stored_cap(s, b.name, name, parsed, order)
-        cfg, created, hits = write_run(s, bench=b.name, name=name, sha256=parsed.sha256, fmt=parsed.format,
-                                       source=source, lists=lists, k_max=k_max,
-                                       result_cap=parsed.result_cap if parsed.cap_known else "longest",
-                                       order=order, depth=depth)
-        if not created:
-            before = s.scalar(sa.select(sa.func.count()).select_from(Answer).where(Answer.config_id == cfg.id))
-        res = ImportResult(
-            config_id=cfg.id, label=cfg.label, created=created,
-            answers=len(lists) if created else int(before or 0), hits=hits,
-            unanswered=len(set(by_text.values()) - set(lists)), cut=cut, parsed=parsed,
-            source_changed=not created and s.is_modified(cfg),
-            depth=cfg.result_cap, depth_given=depth is not None,
-            depth_changed=not created and depth is not None and old_cap != cfg.result_cap,
-            queries=sum(1 for _, sha in by_qid.values() if sha in lists),
-            queries_total=len(by_qid), texts_total=len(by_text),
-            not_in_corpus=names_not_in_corpora(s, lists),
-        )
+    try:
+        with db.session() as s, s.begin():
+            check_name(s, name)
+            b, by_qid, by_text = benchmark_queries(s, bench)
+            parsed = parse_run(path, fmt, docnos, qids=set(by_qid), texts=set(by_text), bench=bench, order=order)
+            lists, cut = match_benchmark(parsed, by_qid, by_text, k_max)
+            _check_depth(parsed, depth)
+            before = None
+            old_cap = _stored_cap(s, b.name, name, parsed, order)
+            cfg, created, hits = write_run(s, bench=b.name, name=name, sha256=parsed.sha256, fmt=parsed.format,
+                                           source=source, lists=lists, k_max=k_max,
+                                           result_cap=parsed.result_cap if parsed.cap_known else "longest",
+                                           order=order, depth=depth)
+            if not created:
+                before = s.scalar(sa.select(sa.func.count()).select_from(Answer).where(Answer.config_id == cfg.id))
+            res = ImportResult(
+                config_id=cfg.id, label=cfg.label, created=created,
+                answers=len(lists) if created else int(before or 0), hits=hits,
+                unanswered=len(set(by_text.values()) - set(lists)), cut=cut, parsed=parsed,
+                source_changed=not created and s.is_modified(cfg),
+                depth=cfg.result_cap, depth_given=depth is not None,
+                depth_changed=not created and depth is not None and old_cap != cfg.result_cap,
+                queries=sum(1 for _, sha in by_qid.values() if sha in lists),
+                queries_total=len(by_qid), texts_total=len(by_text),
+                not_in_corpus=names_not_in_corpora(s, lists),
+            )
+    except sa.exc.OperationalError as exc:  # SQLite: another process held the write lock past the busy timeout
+        if "database is locked" not in str(exc).lower():
+            raise
+        raise InputError(f"the database is busy: another engines process is writing to it (importing {name!r} too?); "
+                         "nothing was written, run the command again once it has finished") from None
     if parsed.score_disagreements:
         res.notes.append(
             f"{parsed.score_disagreements} of {len(parsed.lists)} queries have scores that disagree with their ranks; "

@@ -273,6 +273,8 @@ def score(
             scope = build_scope(s, bench, corp, answered=answered_texts(s, scope, answered_by, epochs), **kw)
         sel = select(s, scope, systems, pairs, epochs, snapshots)
 
+    if not sel.refs:  # nothing to score: no resampling matrix (resamples × queries) to draw
+        return _result(bench, corp, scope, prof, [], [], resamples=resamples, seed=seed)
     n = len(scope.scored)
     if n == 0 and scope.in_scope:
         raise InputError(_nothing_to_score(bench.name, corp, scope))

@@ -210,7 +210,7 @@ def iter_batches(
     """The file as batches of at most ``batch_rows`` rows: lists of ``DECL_COLUMNS``
     tuples, or (``copy``) COPY text; with the row count. Counts kinds, names and extra
     keys into ``tally``. Errors name the file and the 1-based line, as :func:`iter_rows`."""
-    row = 0
+    row = lineno = 0
     loads, scan = json.loads, _SCAN_ONCE
     kinds, names = tally.kinds, tally.names
     unknown_counts: dict[tuple[str, ...], int] = {}  # per distinct tuple of unknown keys, in first-seen order
@@ -262,6 +262,9 @@ def iter_batches(
                         nul_in_text = True
                 if len(batch) >= batch_rows:
                     yield flush()
+    except RecursionError:  # the C scanner (or encoder) of a value nested thousands deep
+        raise InputError(f"{display}:{lineno}: JSON nested too deep to read (thousands of levels); "
+                         "is this a corpus JSONL file?") from None
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise InputError(f"{display}: cannot read corpus file ({exc})") from None
     for unknown, count in unknown_counts.items():  # keys in the order they were first seen

@@ -85,7 +85,7 @@ def parse_row(obj: Any, where: str, row: int) -> dict[str, Any]:
 def iter_rows(path: Path, display: str | None = None) -> Iterator[dict[str, Any]]:
     """Stream parsed rows; errors name the file and the 1-based line."""
     display = display or str(path)
-    row = 0
+    row = lineno = 0
     try:
         with open_text(path) as fh:
             for lineno, line in enumerate(fh, start=1):
@@ -97,5 +97,8 @@ def iter_rows(path: Path, display: str | None = None) -> Iterator[dict[str, Any]
                     raise InputError(f"{display}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
                 yield parse_row(obj, f"{display}:{lineno}", row)
                 row += 1
+    except RecursionError:  # the C scanner (or encoder) of a value nested thousands deep
+        raise InputError(f"{display}:{lineno}: JSON nested too deep to read (thousands of levels); "
+                         "is this a corpus JSONL file?") from None
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise InputError(f"{display}: cannot read corpus file ({exc})") from None
