@@ -26,8 +26,7 @@ Classification:
 - other 3xx/4xx, and errors the engine reports inside a 2xx body, are permanent for
   that query: recorded, not retried;
 - a circuit breaker counts consecutive failed attempts of the engine (429s excluded:
-  they are the server pacing us); at K it raises :class:`EngineBroken`;
-- MCP engines: :mod:`crawler.mcp_session` opens the worker's session first (preambles paced, archived).
+  they are the server pacing us); at K it raises :class:`EngineBroken`.
 """
 
 from __future__ import annotations
@@ -44,13 +43,15 @@ import httpx
 import sqlalchemy as sa
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
+from archive.outcome import FAILED, OUTAGE, REFUSED, Outcome, Parsed, failure, write_outcomes
+from archive.outcome import outcome as parse_outcome
 from crawler.mcp_session import McpSession
-from crawler.outcome import FAILED, OUTAGE, REFUSED, Outcome, Parsed, failure, write_outcomes
-from crawler.outcome import outcome as parse_outcome
 from crawler.pacing import Pacer
 from crawler.retry import RETRY_AFTER_MAX, EngineBroken, Retryable, RetryPolicy, Wait, parse_retry_after  # noqa: F401
+from crawler.retry import one_prefix
 from crawler.writer import DirectWriter, Writer
 from engines.base import redact_headers, redact_url
+from engines.offline import is_dns_failure
 from store.db import machine_error
 from store.models import Exchange
 from store.text import clean_text
@@ -142,7 +143,7 @@ class Fetcher:
         self.crawl_id = crawl_id
         self.policy = policy or RetryPolicy()
         self.sleep = sleep or pacer.clock.sleep
-        self.on_event = on_event or (lambda _m: None)
+        self.on_event = one_prefix(adapter.engine, on_event or (lambda _m: None))
         self.rng = random.Random(seed)
         # Called (in a thread) after every pacer grant with the batch's shas; returns the shas still
         # to send. The crawl run passes WorkQueue.keep_due: it renews the leases (retries and waits
@@ -222,7 +223,7 @@ class Fetcher:
         items = await self._keep_due(items, outcome)
         if not items:
             return  # nothing left to send, so no slot is taken
-        if self.mcp is not None:
+        if self.mcp is not None:  # MCP (crawler.mcp_session): the worker's session first, preambles paced
             await self.mcp.ready(attempt)  # raises McpFailure (EngineBroken) when it cannot open
         # The slot is taken last, after the lease check (database work) and building the
         # request: until the departure corrects the send log, other workers count this send
@@ -238,20 +239,18 @@ class Fetcher:
                 return
         texts = [t for _, t in items]
         exchange, headers, truncated, elapsed = await self._send(texts, attempt, granted)
-        if self.mcp is not None and self.mcp.expired(texts, exchange["status_code"], exchange["response_body"]):
-            await self._store(exchange)
-            raise Retryable(f"{self.adapter.engine}: MCP session expired (HTTP {exchange['status_code']}); re-opening")
+        if self.mcp is not None:
+            await self.mcp.check_expired(texts, exchange)  # an ended session: archived, Retryable, re-opened
         if await self._refused(exchange, headers, truncated, attempt, outcome):
             return
         await self._answer(exchange, headers, items, attempt, outcome, elapsed)
 
     async def _send(self, texts: list[str], attempt: int, granted: float,
                     request: httpx.Request | None = None) -> tuple[dict[str, Any], dict, bool, float]:
-        """Send the request (default: the adapter's for ``texts``) and read the response: (the
-        exchange row, the headers as received, body truncated, elapsed ms). A transport error
-        or timeout is archived and raises :class:`Retryable`."""
-        if request is None:
-            request = self.mcp.build(texts) if self.mcp is not None else self.adapter.build_request(texts)
+        """Send the request (default: the adapter's for ``texts``) and read the response: (the exchange row, the
+        headers as received, body truncated, elapsed ms). A transport error or timeout is archived and raises Retryable."""
+        if request is None:  # the MCP session's tools/call, or the adapter's request
+            request = (self.mcp or self.adapter).build_request(texts)
         body_out = request.content if request.content else None
         left: list[float] = []
         correcting: list[asyncio.Task] = []
@@ -307,6 +306,9 @@ class Fetcher:
                 err = clean_text(f"{type(exc).__name__}: {exc}".strip().rstrip(":"))
             await self._store(self._exchange(request, body_out, texts, attempt, sent_wall, elapsed,
                                              transport_error=err))
+            if is_dns_failure(exc):  # no network, or a wrong URL: retrying changes nothing
+                raise EngineBroken(f"{self.adapter.engine}: host {self.adapter.host} does not resolve ({err}); "
+                                   "no network? not retried: run the same command again when online")
             self._failure(err)
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {err}")
             raise Retryable(err) from None
@@ -334,10 +336,9 @@ class Fetcher:
             self.on_event(f"{self.adapter.engine}: {msg} (not retried)")
             return True
         now = time.time()
-        ra = parse_retry_after(headers.get("retry-after"), now) if (
-            status in (408, 429) or 500 <= status < 600) else None
-        if ra is None and hasattr(self.adapter, "pause_seconds"):  # a limit reported in the body (Octo)
-            ra = self.adapter.pause_seconds(status, headers, body, now)
+        ra = parse_retry_after(headers.get("retry-after"), now) if (status in (408, 429) or 500 <= status < 600) else (
+            self.adapter.pause_seconds(status, headers, body, now)  # a limit reported in the body (Octo)
+            if hasattr(self.adapter, "pause_seconds") else None)
         if ra is not None:
             # The server says when to come back: pause every request to this host, in every
             # worker and the next run too (host_state), however long it is (§6.3 item 7).
@@ -374,7 +375,7 @@ class Fetcher:
 
     async def _answer(self, exchange: dict[str, Any], headers: dict, items: list[tuple[str, str]], attempt: int,
                       outcome: FetchOutcome, elapsed: float) -> None:
-        """A 2xx body: its outcome (:func:`crawler.outcome.outcome`) committed with its exchange
+        """A 2xx body: its outcome (:func:`archive.outcome.outcome`) committed with its exchange
         in one transaction: an answer never exists without its archived body, and a parser
         that crashes (a bug, or a body it cannot take) leaves the exchange archived with a
         failed outcome (retried like a parse error; `engines reparse` once the bug is fixed)."""
@@ -401,8 +402,6 @@ class Fetcher:
         if self.pacer.outage_may_be_recorded():
             def after(conn: sa.Connection) -> None:
                 self.pacer.ledger.clear_outage_in(conn, self.pacer.host)
-        if self.mcp is not None:
-            self.mcp.answered()
         try:
             outcome.answered = await self._store(exchange, answers=(items, parsed, elapsed), after=after)
         except _Unstorable as exc:
@@ -427,8 +426,8 @@ class Fetcher:
                   transport_error: str | None = None) -> dict[str, Any]:
         """The exchange row as archived (secrets redacted)."""
         url = redact_url(str(request.url))
-        fp = (self.mcp.fingerprint(request.method, url, body_out) if self.mcp is not None  # MCP: never id, _meta
-              else hashlib.sha256(b"\0".join([request.method.encode(), url.encode(), body_out or b""])).hexdigest())
+        fp = self.mcp.fingerprint(request.method, url, body_out) if self.mcp is not None else hashlib.sha256(
+            b"\0".join([request.method.encode(), url.encode(), body_out or b""])).hexdigest()  # MCP: never id, _meta
         return dict(
             crawl_id=self.crawl_id,
             config_id=self.config_id,

@@ -18,7 +18,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from crawler.outcome import ANSWERS, Outcome
+from archive.outcome import ANSWERS, Outcome
 from crawler.retry import EngineBroken, Retryable
 from engines.base import EngineParseError
 from engines.mcpwire import CLIENT_INFO, HANDSHAKE, OFFER, STATELESS, McpState, rpc_message
@@ -65,7 +65,7 @@ class McpSession:
                 self.f.on_event(f"{self.adapter.engine}: MCP era {self.state.era} "
                                 f"(protocol {self.state.version}); tools/list archived")
 
-    def build(self, texts: list[str]):
+    def build_request(self, texts: list[str]):
         """The ``tools/call`` of ``texts`` on the open session (raises Retryable while another
         loop re-opens it: the attempt goes round again, re-paced)."""
         if self.state.era is None:
@@ -94,8 +94,15 @@ class McpSession:
     def fingerprint(self, method: str, url: str, body: bytes | None) -> str:
         return self.adapter.fingerprint(method, url, body, self.state.era)
 
-    def answered(self) -> None:
-        self.expired_in_row = 0
+    async def check_expired(self, texts: list[str], exchange: dict[str, Any]) -> None:
+        """When the answer to ``texts`` says its session ended: archive it and raise Retryable
+        (the next attempt re-opens it). A 2xx answer: the session works."""
+        status = exchange["status_code"]
+        if self.expired(texts, status, exchange["response_body"]):
+            await self.f._store(exchange)
+            raise Retryable(f"{self.adapter.engine}: MCP session expired (HTTP {status}); re-opening")
+        if status is not None and 200 <= status < 300:
+            self.expired_in_row = 0
 
     # ----------------------------------------------------------------- opening
     async def _open(self, attempt: int) -> None:

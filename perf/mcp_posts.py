@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import SLICE_CORPUS, shipped_path  # noqa: E402
 from crawler.pacing import max_in_window  # noqa: E402
-from crawler.run import CrawlOptions, Reporter, run_crawl  # noqa: E402
+from crawler.crawl import CrawlOptions, Reporter, run_crawl  # noqa: E402
 from engines.base import Rate  # noqa: E402
 from engines.emulate import StandIn  # noqa: E402
 from store.benchmarks import load_benchmark_file  # noqa: E402

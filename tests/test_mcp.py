@@ -20,9 +20,9 @@ import sqlalchemy as sa
 
 from benchmarks import SLICE_CORPUS
 from cli.main import run as cli
-from crawler.bundle import export_bundle, import_bundle
+from archive.bundle import export_bundle, import_bundle
 from crawler.fetch import RetryPolicy
-from crawler.run import CrawlOptions, run_crawl
+from crawler.crawl import CrawlOptions, run_crawl
 from engines.base import Rate
 from engines.emulate import FaultConfig, StandIn
 from engines.registry import get_adapter
