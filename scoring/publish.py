@@ -35,6 +35,7 @@ from typing import Any, Iterable, Iterator
 
 import sqlalchemy as sa
 
+from scoring.corpus_files import cached_corpora, find_corpus_file, shipped_corpora  # noqa: F401 - re-exported
 from store.corpus_source import sha256_file
 from store.errors import InputError
 
@@ -165,62 +166,6 @@ def subsets_dump(session) -> list[dict[str, Any]]:
     return out
 
 
-# --------------------------------------------------------------------------- corpora
-
-
-def shipped_corpora() -> list[Path]:
-    """Corpus files shipped with the package (found by sha256)."""
-    from benchmarks import SHIPPED_DIR
-
-    return sorted(p for p in (SHIPPED_DIR / "data").glob("*/*") if p.name.endswith((".jsonl", ".jsonl.gz")))
-
-
-def cached_corpora() -> list[Path]:
-    """Corpus files in the local cache: ENGINES_CACHE_DIR/corpora/ (any name; matched by sha256)."""
-    from engines.local.common import cache_root
-
-    d = cache_root() / "corpora"
-    return sorted(p for p in d.glob("*") if p.name.endswith((".jsonl", ".jsonl.gz"))) if d.is_dir() else []
-
-
-def find_corpus_file(sha256: str, source: str | None, extra: Iterable[Path] = ()) -> Path | None:
-    """A local file whose sha256 is ``sha256``: ``extra`` first, then the source path, the local
-    Hugging Face cache (offline), the engines cache, and the corpora shipped with the package."""
-    import os
-
-    from store.corpus import sha256_file
-
-    candidates: list[Path] = [Path(p) for p in extra]
-    if source and not source.startswith("hf://"):
-        candidates.append(Path(source).expanduser())
-    if source and source.startswith("hf://"):
-        from store.corpus import resolve_source
-
-        old = os.environ.get("HF_HUB_OFFLINE")
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        try:
-            candidates.append(resolve_source(source).path)
-        except Exception:  # noqa: BLE001 - not in the local cache (or no huggingface_hub): look elsewhere
-            pass
-        finally:
-            if old is None:
-                os.environ.pop("HF_HUB_OFFLINE", None)
-            else:
-                os.environ["HF_HUB_OFFLINE"] = old
-    candidates += cached_corpora() + shipped_corpora()
-    sizes_seen: set[Path] = set()
-    for p in candidates:
-        try:
-            if p in sizes_seen or not p.is_file():
-                continue
-        except OSError:
-            continue
-        sizes_seen.add(p)
-        if sha256_file(p) == sha256:
-            return p
-    return None
-
-
 # --------------------------------------------------------------------------- publish
 
 
@@ -278,6 +223,11 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     doc = result.to_json()
     if not doc["systems"]:
         raise InputError(f"no system has answers for benchmark {options['bench']!r} in these options: nothing to publish")
+    for sysdoc in doc["systems"]:  # an imported run's file: its name, not where it lies on this machine
+        if sysdoc.get("source"):
+            sysdoc["source"] = _public_path(sysdoc["source"])
+        if isinstance(sysdoc.get("params"), dict) and sysdoc["params"].get("source"):
+            sysdoc["params"] = {**sysdoc["params"], "source": _public_path(str(sysdoc["params"]["source"]))}
     claim = claim_bytes(doc)
     summary = PublishSummary(path=path, claim=doc)
 
@@ -291,7 +241,7 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     file_specs += [("snapshot", s) for s in (options["snapshots"] or {}).values() if _is_file_spec(s)]
 
     parts = _read_parts(db, doc, local, remote, corpus_specs)
-    parts.files = _name_files(file_specs)
+    parts.files, options = _name_files(file_specs, options)
     if with_corpus:
         parts.embed = _embedded_corpora(parts.corpora)
     info = _warcinfo(parts, claim, options, with_corpus)
@@ -346,8 +296,11 @@ def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -
 
     cfg = s.execute(sa.select(EngineConfig).where(EngineConfig.config_hash == sysdoc["config_hash"])).scalar_one()
     ep = s.get(Epoch, (cfg.id, sysdoc["epoch"]))
+    params = dict(cfg.params or {})
+    if params.get("source"):  # an imported run's file (not part of its identity): its name alone
+        params["source"] = _public_path(str(params["source"]))
     ident = {"config_hash": cfg.config_hash, "engine": cfg.engine, "endpoint_version": cfg.endpoint_version,
-             "params": cfg.params, "label": cfg.label, "local": bool(cfg.local), "result_cap": cfg.result_cap,
+             "params": params, "label": cfg.label, "local": bool(cfg.local), "result_cap": cfg.result_cap,
              "licence": cfg.licence, "epoch": sysdoc["epoch"],
              "epoch_label": ep.label if ep else None,
              "epoch_started": _warc_date(ep.started_at) if ep and ep.started_at else None}
@@ -378,14 +331,36 @@ def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -
             parts.run_files.append((cfg.config_hash, src, raw))
 
 
-def _name_files(file_specs: list[tuple[str, str]]) -> list[tuple[str, str, bytes]]:
-    files = []
+def _public_path(source: str) -> str:
+    """What a bundle says of a file on the publisher's machine: its name, never its absolute
+    path (a URL or an hf:// source is kept whole)."""
+    return source if "://" in source else Path(source).name
+
+
+def _public_corpus(k: dict[str, Any]) -> dict[str, Any]:
+    return {**k, "source": _public_path(k["source"])} if k.get("source") else k
+
+
+def _name_files(file_specs: list[tuple[str, str]],
+                options: dict[str, Any]) -> tuple[list[tuple[str, str, bytes]], dict[str, Any]]:
+    """The name-list files' (role, name, bytes), and the options as the claim records them: each
+    file named by its file name alone (not the publisher's path); two files of one name are refused."""
+    files, names = [], {}
     for role, spec in file_specs:
         p = Path(spec).expanduser()
         if not p.is_file():
             raise InputError(f"--{role} {spec}: the file does not exist, so it cannot go into the bundle")
-        files.append((role, spec, p.read_bytes()))
-    return files
+        if names.setdefault(p.name, spec) != spec:
+            raise InputError(f"--{role} {spec}: another name-list file has the name {p.name!r} "
+                             f"({names[p.name]}); the bundle names files by their names alone: rename one")
+        files.append((role, p.name, p.read_bytes()))
+    rename = {spec: Path(spec).expanduser().name for _, spec in file_specs}
+    recorded = dict(options)
+    if options["shared_with"]:
+        recorded["shared_with"] = [rename.get(x, x) for x in options["shared_with"]]
+    if options["snapshots"]:
+        recorded["snapshots"] = {k: rename.get(v, v) for k, v in options["snapshots"].items()}
+    return files, recorded
 
 
 def _embedded_corpora(corpora: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Path]]:
@@ -414,7 +389,7 @@ def _warcinfo(parts: _Parts, claim: bytes, options: dict[str, Any], with_corpus:
         lines.append("run: " + _hdr({**ident, "sha256": _sha(data)}))
     lines.append("benchmark-dump: " + _hdr({"name": parts.bench["name"], "sha256": parts.bench["sha256"]}))
     for k in parts.corpora:
-        lines.append("corpus-ref: " + _hdr({**k, "embedded": with_corpus}))
+        lines.append("corpus-ref: " + _hdr({**_public_corpus(k), "embedded": with_corpus}))
     for role, spec, data in parts.files:
         lines.append("file: " + _hdr({"role": role, "spec": spec, "sha256": _sha(data)}))
     info = parts.info
@@ -434,6 +409,8 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
     from warcio.warcwriter import WARCWriter
 
     from crawler.bundle import ExportSummary, _write_exchange, exchange_columns
+    from crawler.bundle.export import write_end
+    from crawler.bundle.records import END_URI, H_END
     from store.models import Exchange
 
     ex = Exchange.__table__
@@ -445,7 +422,8 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
             writer = WARCWriter(fh, gzip=path.name.endswith(".gz"), warc_version="WARC/1.1")
             writer.write_record(writer.create_warc_record(
                 path.name, "warcinfo", payload=io.BytesIO(info), length=len(info),
-                warc_content_type="application/warc-fields", warc_headers_dict={"WARC-Filename": path.name}))
+                warc_content_type="application/warc-fields", warc_headers_dict={"WARC-Filename": path.name,
+                                                                                H_END: END_URI}))
             _write_resources(writer, parts, claim, doc, options)
             for c in parts.configs:
                 for epoch in parts.epoch_sel[c.id]:
@@ -461,8 +439,9 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
                     rec = writer.create_warc_record(
                         f"{URN}corpus:{k['name']}@{k['revision']}", "resource", payload=cf, length=size,
                         warc_content_type="application/gzip" if p.name.endswith(".gz") else "application/jsonl",
-                        warc_headers_dict={H_ROLE: "corpus", H_META: _hdr({**k, "file": p.name})})
+                        warc_headers_dict={H_ROLE: "corpus", H_META: _hdr({**_public_corpus(k), "file": p.name})})
                     writer.write_record(rec)
+            write_end(writer, 1 + _resource_count(parts) + exported.records + len(parts.embed))
         summary.sha256 = sha256_file(tmp)
         summary.bytes = tmp.stat().st_size
         tmp.replace(path)
@@ -472,19 +451,26 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
     return exported
 
 
+def _resource_count(parts: _Parts) -> int:
+    """How many records :func:`_write_resources` writes."""
+    return 3 + len(parts.files) + len(parts.run_files) + len(parts.runs)
+
+
 def _write_resources(writer, parts: _Parts, claim: bytes, doc: dict[str, Any], options: dict[str, Any]) -> None:
     """The claim, benchmark, subsets, name-list file, run-file and run records, in that order."""
     bench = parts.bench
     _resource(writer, "claim", "score.json", claim, "application/json",
-              {H_OPTIONS: _hdr(options), H_META: _hdr({"corpora": parts.corpora, "code_version": doc["code_version"]})})
+              {H_OPTIONS: _hdr(options),
+               H_META: _hdr({"corpora": [_public_corpus(k) for k in parts.corpora], "code_version": doc["code_version"]})})
     _resource(writer, "benchmark", bench["name"], claim_bytes(bench), "application/json",
               {H_META: _hdr({"name": bench["name"], "sha256": bench["sha256"]})})
     _resource(writer, "subsets", "subsets", claim_bytes(parts.subsets), "application/json", {})
     for role, spec, data in parts.files:
-        _resource(writer, "file", Path(spec).name, data, "text/plain", {H_META: _hdr({"role": role, "spec": spec})})
+        _resource(writer, "file", spec, data, "text/plain", {H_META: _hdr({"role": role, "spec": spec})})
     for h, src, raw in parts.run_files:
         _resource(writer, "run-file", Path(src).name, raw, "application/octet-stream",
-                  {H_META: _hdr({"config_hash": h, "source": src, "sha256": hashlib.sha256(raw).hexdigest()})})
+                  {H_META: _hdr({"config_hash": h, "source": _public_path(src),
+                                 "sha256": hashlib.sha256(raw).hexdigest()})})
     for ident, data in parts.runs:
         _resource(writer, "run", f"{ident['config_hash']}@{ident['epoch']}", data, "application/jsonl",
                   {H_RUN: _hdr(ident)})

@@ -336,7 +336,7 @@ def test_verify_ignores_the_environment_database_and_refuses_a_non_empty_one(sou
     code, out, err = verify(capsys, source["full"])
     assert code == 0, err
     code, out, err = verify(capsys, source["full"], "--db", source["url"])
-    assert code == 1 and "not empty" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "not empty" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.postgres

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 
+from crawler.bundle.records import END_URI, H_END, H_RECORDS
 from crawler.bundle.warc import (
     _MOVED, BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, _warc_date,
 )
@@ -146,7 +147,7 @@ def export_bundle(
             writer = WARCWriter(fh, gzip=path.name.endswith(".gz"), warc_version="WARC/1.1")
             rec = writer.create_warc_record(path.name, "warcinfo", payload=io.BytesIO(info), length=len(info),
                                             warc_content_type="application/warc-fields",
-                                            warc_headers_dict={"WARC-Filename": path.name})
+                                            warc_headers_dict={"WARC-Filename": path.name, H_END: END_URI})
             writer.write_record(rec)
             summary.records += 1
             for cid in hashes:
@@ -160,6 +161,7 @@ def export_bundle(
                         _write_exchange(writer, row, hashes[cid], summary)
                         if progress is not None:
                             progress(summary.exchanges)
+            write_end(writer, summary.records)
         summary.configs = len(hashes)
         summary.bytes = tmp.stat().st_size
         tmp.replace(path)
@@ -167,6 +169,15 @@ def export_bundle(
         if tmp.exists():
             tmp.unlink()
     return summary
+
+
+def write_end(writer, records: int) -> None:
+    """The end record: the count of the records before it (a cut at a record boundary is
+    then seen by the reader, crawler.bundle.records.checked_records)."""
+    body = json.dumps({"records": records}).encode()
+    writer.write_record(writer.create_warc_record(
+        END_URI, "resource", payload=io.BytesIO(body), length=len(body), warc_content_type="application/json",
+        warc_headers_dict={H_RECORDS: str(records)}))
 
 
 def exchange_columns() -> list:

@@ -88,7 +88,8 @@ class _Import:
         """Every record of the file: warcinfo lines kept, pairs written as exchanges."""
         label, summary = self.label, self.summary
         pairing = Pairing(label)
-        for rec in records._records(fh, label, size):
+        walk = records.Walk()
+        for rec in records._records(fh, label, size, walk):
             summary.records += 1
             if rec.type == "warcinfo":
                 self.warcinfo(rec)
@@ -105,6 +106,7 @@ class _Import:
                 raise BadBundle(f"{label}: {rec.name()} has no partner record (request without response, or the "
                                 "reverse); the bundle is incomplete; nothing was imported")
             summary.unpaired += 1
+        summary.unterminated = walk.unterminated
         self.flush()
 
     def warcinfo(self, rec: _Rec) -> None:
