@@ -233,7 +233,8 @@ def _records(fh, label: str, size: int = 0, walk: Walk | None = None) -> Iterato
 def reading_error(exc: Exception, where: str, tail: str) -> BadBundle:
     """The one line for an exception raised while a record's block was read."""
     if isinstance(exc, _TooLarge):
-        return _bomb(where, "the record", exc, tail)
+        return BadBundle(f"{where}: the bundle decompresses to {exc} (bound: {MAX_TOTAL_RATIO}x its file size, at "
+                         f"least {MIN_TOTAL_BYTES // 2**20} MiB); refused as a decompression bomb; {tail}")
     if isinstance(exc, _Damaged):
         return BadBundle(f"{where} is corrupt ({exc}); {tail}")
     return BadBundle(f"{where} is truncated or corrupt ({type(exc).__name__}: {str(exc)[:120]}); {tail}")
