@@ -1,9 +1,12 @@
-"""Run files from elsewhere, read: a TREC or JSONL run file into ranked lists (:func:`parse_run`).
+"""Run files from elsewhere, read: a TREC, JSONL or ranx run file into ranked lists (:func:`parse_run`).
 
-A TREC ``qid Q0 docno rank score tag`` file (plain or ``.gz``), its order the rank column,
-its DOCNOs read back through our export's ``docnos.tsv`` when there is one; or JSONL
-``{"qid"|"query": ..., "ranked": [names]}``. All or nothing: an error names the first bad
-line. :mod:`crawler.runs` matches the lists to a benchmark and writes them.
+A TREC ``qid Q0 docno rank score tag`` file (plain or ``.gz``), its order the rank column
+(``order="score"``: the score column, descending, ties as trec_eval breaks them), its
+DOCNOs read back through our export's ``docnos.tsv`` when there is one; JSONL
+``{"qid"|"query": ..., "ranked": [names]}`` or ``{..., "scores": {name: score}}``; or a
+ranx JSON run ``{qid: {name: score}}``. A UTF-8 byte order mark is skipped; ``-`` reads
+standard input. All or nothing: an error names the first bad line. :mod:`crawler.runs`
+matches the lists to a benchmark and writes them.
 """
 
 from __future__ import annotations
@@ -12,13 +15,17 @@ import gzip
 import hashlib
 import io
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from store.errors import InputError
 
-FORMATS = ("trec", "jsonl")
+FORMATS = ("trec", "jsonl", "ranx")
+ORDERS = ("rank", "score")
+BOM = b"\xef\xbb\xbf"
+STDIN = "-"
 MAX_LINE_BYTES = 1 << 20
 DOCNOS_FILE = "docnos.tsv"  # written by scoring.export beside its run files
 
@@ -44,16 +51,23 @@ class ParsedRun:
     # Our own export names each run's result cap in docnos.tsv; else the longest list gives it.
     cap_known: bool = False
     result_cap: int | None = None
+    order: str = "rank"  # "score": lists sorted by score (trec_eval's order)
 
 
 # ------------------------------------------------------------------------- reading
 
 
 def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when they are gzip data."""
-    if not path.is_file():
+    """The file's bytes (``-``: standard input), gunzipped when they are gzip data, without
+    a UTF-8 byte order mark."""
+    if str(path) == STDIN:
+        raw = sys.stdin.buffer.read()
+        if not raw:
+            raise InputError("run from standard input (-): nothing was read; pipe a run file in")
+    elif not path.is_file():
         raise InputError(f"run file {path} does not exist or is not a file")
-    raw = path.read_bytes()
+    else:
+        raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
@@ -62,8 +76,8 @@ def _read_bytes(path: Path) -> bytes:
     return raw
 
 
-def _open_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    for lineno, line in enumerate(io.BytesIO(_read_bytes(path)), start=1):
+def _lines(path: Path, raw: bytes) -> Iterator[tuple[int, bytes]]:
+    for lineno, line in enumerate(io.BytesIO(raw.removeprefix(BOM)), start=1):
         if len(line) > MAX_LINE_BYTES:
             raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
         yield lineno, line
@@ -102,11 +116,30 @@ def read_docnos(path: Path) -> tuple[dict[str, str], dict[str, int | None]]:
     return out, caps
 
 
-def _detect(path: Path) -> str:
-    for _, line in _open_lines(path):
+def _detect(path: Path, raw: bytes) -> str:
+    for _, line in _lines(path, raw):
         if line.strip():
-            return "jsonl" if line.lstrip().startswith(b"{") else "trec"
+            if not line.lstrip().startswith(b"{"):
+                return "trec"
+            return "ranx" if _ranx_object(raw) is not None else "jsonl"
     raise InputError(f"{path}: the run file is empty")
+
+
+def _ranx_object(raw: bytes) -> dict[str, Any] | None:
+    """The whole file as ranx's ``{qid: {doc: score}}``, or None when it is not one."""
+    try:
+        obj = json.loads(raw.removeprefix(BOM))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if isinstance(obj, dict) and obj and all(isinstance(v, dict) for v in obj.values()):
+        return obj
+    return None
+
+
+def by_score(scores: list[tuple[float, str]]) -> list[str]:
+    """Names by score descending, ties by name descending: trec_eval's order (its qsort
+    compares the score, then ``strcmp(docno2, docno1)``; UTF-8 byte order is code point order)."""
+    return [name for _, name in sorted(scores, key=lambda t: (t[0], t[1]), reverse=True)]
 
 
 def parse_run(
@@ -117,31 +150,45 @@ def parse_run(
     qids: set[str] | None = None,
     texts: set[str] | None = None,
     bench: str | None = None,
+    order: str = "rank",
 ) -> ParsedRun:
     """Read a run file into ranked lists (all or nothing; errors name the first bad line).
 
-    ``fmt``: "trec" | "jsonl" | None (by content). A TREC file's order is its rank column
-    (renumbered 1..n; a rank repeated within a query is refused). DOCNOs are names; when a
-    ``docnos.tsv`` is given (or lies beside the file) they are read back through it.
-    ``qids`` / ``texts``: the benchmark's, to refuse unknown keys at their line.
+    ``fmt``: "trec" | "jsonl" | "ranx" | None (by content). A TREC file's order is its rank
+    column (renumbered 1..n; a rank repeated within a query is refused), or with
+    ``order="score"`` its score column (descending; ties by DOCNO descending, as
+    trec_eval). DOCNOs are names; when a ``docnos.tsv`` is given (or lies beside the
+    file) they are read back through it. ``qids`` / ``texts``: the benchmark's, to refuse
+    unknown keys at their line. ``path`` ``-`` reads standard input.
     """
-    path = Path(path).expanduser()
+    stdin = str(path) == STDIN
+    path = Path(path).expanduser() if not stdin else Path(STDIN)
     if fmt is not None and fmt not in FORMATS:
-        raise InputError(f"--format {fmt!r}: expected trec or jsonl")
-    fmt = fmt or _detect(path)
+        raise InputError(f"--format {fmt!r}: expected trec, jsonl or ranx")
+    if order not in ORDERS:
+        raise InputError(f"--order {order!r}: expected rank or score")
+    raw = _read_bytes(path)
+    fmt = fmt or _detect(path, raw)
     mapping_path: Path | None = None
     if fmt == "trec":
         if docnos is not None:
             mapping_path = Path(docnos).expanduser()
-        elif (path.parent / DOCNOS_FILE).is_file():
+        elif not stdin and (path.parent / DOCNOS_FILE).is_file():
             mapping_path = path.parent / DOCNOS_FILE
     elif docnos is not None:
         raise InputError("--docnos applies to TREC runs only")
+    if order == "score" and fmt != "trec":
+        raise InputError(f"--order score applies to TREC runs (a {fmt} run's order is its list, or its scores)")
     mapping, caps = read_docnos(mapping_path) if mapping_path is not None else (None, {})
     check = _key_check(path, qids, texts, bench)
     if fmt == "jsonl":
-        return _parse_jsonl(path, check)
-    return _parse_trec(path, check, mapping, mapping_path, caps)
+        parsed = _parse_jsonl(path, raw, check)
+    elif fmt == "ranx":
+        parsed = _parse_ranx(path, raw, check)
+    else:
+        parsed = _parse_trec(path, raw, check, mapping, mapping_path, caps, order)
+    parsed.sha256 = hashlib.sha256(raw if stdin else path.read_bytes()).hexdigest()
+    return parsed
 
 
 def _key_check(path: Path, qids: set[str] | None, texts: set[str] | None, bench: str | None):
@@ -158,11 +205,12 @@ def _key_check(path: Path, qids: set[str] | None, texts: set[str] | None, bench:
     return check
 
 
-def _parse_jsonl(path: Path, check) -> ParsedRun:
-    """A JSONL run: one ``{"qid"|"query": ..., "ranked": [names]}`` per line."""
+def _parse_jsonl(path: Path, data: bytes, check) -> ParsedRun:
+    """A JSONL run: one ``{"qid"|"query": ..., "ranked": [names]}`` (or ``"scores": {name:
+    score}``, ranked by score) per line."""
     lines = 0
     lists: dict[tuple[str, str], RunList] = {}
-    for lineno, raw in _open_lines(path):
+    for lineno, raw in _lines(path, data):
         lines = lineno
         if not raw.strip():
             continue
@@ -172,8 +220,10 @@ def _parse_jsonl(path: Path, check) -> ParsedRun:
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             why = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
             raise InputError(f"{where}: not a JSON line ({why}); expected {{\"qid\": ..., \"ranked\": [names]}}") from None
-        if not isinstance(obj, dict) or "ranked" not in obj or ("qid" in obj) == ("query" in obj):
-            raise InputError(f"{where}: expected {{\"qid\" or \"query\": ..., \"ranked\": [names]}} (one of qid/query)")
+        if (not isinstance(obj, dict) or ("ranked" in obj) == ("scores" in obj)
+                or ("qid" in obj) == ("query" in obj)):
+            raise InputError(f"{where}: expected {{\"qid\" or \"query\": ..., \"ranked\": [names]}} "
+                             "(one of qid/query; or \"scores\": {name: score} instead of ranked)")
         by = "qid" if "qid" in obj else "query"
         key = obj[by]
         if by == "qid" and isinstance(key, int) and not isinstance(key, bool):
@@ -181,7 +231,7 @@ def _parse_jsonl(path: Path, check) -> ParsedRun:
         if not isinstance(key, str) or not key.strip():
             raise InputError(f"{where}: {by!r} must be a non-empty string")
         key = key.strip()
-        names = _jsonl_names(obj["ranked"], where)
+        names = _jsonl_names(obj["ranked"], where) if "ranked" in obj else _scored_names(obj["scores"], where)
         if (by, key) in lists:
             raise InputError(f"{where}: {by} {key[:60]!r} already has a list (line {lists[(by, key)].line}); "
                              "give each query one line")
@@ -189,8 +239,34 @@ def _parse_jsonl(path: Path, check) -> ParsedRun:
         lists[(by, key)] = RunList(key, by, lineno, names)
     if not lists:
         raise InputError(f"{path}: no ranked lists in the file")
-    return ParsedRun(path, file_sha256(path), "jsonl", list(lists.values()), lines,
-                     docnos=None)
+    return ParsedRun(path, "", "jsonl", list(lists.values()), lines, docnos=None)
+
+
+def _scored_names(scores: Any, where: str) -> list[str]:
+    """``{name: score}`` → names by score (trec_eval's order)."""
+    if not isinstance(scores, dict) or not scores:
+        raise InputError(f"{where}: 'scores' must be a non-empty object {{name: score}}")
+    pairs = []
+    for name, value in scores.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+            raise InputError(f"{where}: the score of {name[:60]!r} is not a number")
+        if not name.strip():
+            raise InputError(f"{where}: an empty name in 'scores'")
+        pairs.append((float(value), name))
+    return by_score(pairs)
+
+
+def _parse_ranx(path: Path, raw: bytes, check) -> ParsedRun:
+    """ranx's JSON run: ``{qid: {doc: score}}``, each query ranked by score."""
+    obj = _ranx_object(raw)
+    if obj is None:
+        raise InputError(f"{path}: not a ranx JSON run; expected {{\"qid\": {{\"name\": score, ...}}, ...}}")
+    lists = []
+    for i, (qid, scores) in enumerate(obj.items(), start=1):
+        where = f"{path}: query {qid[:60]!r}"
+        check(qid.strip(), "qid", 1)
+        lists.append(RunList(qid.strip(), "qid", i, _scored_names(scores, where)))
+    return ParsedRun(path, "", "ranx", lists, 1, docnos=None)
 
 
 def _jsonl_names(ranked: Any, where: str) -> list[str]:
@@ -207,10 +283,10 @@ def _jsonl_names(ranked: Any, where: str) -> list[str]:
     return names
 
 
-def _parse_trec(path: Path, check, mapping: dict[str, str] | None, mapping_path: Path | None,
-                caps: dict[str, int | None]) -> ParsedRun:
+def _parse_trec(path: Path, raw: bytes, check, mapping: dict[str, str] | None, mapping_path: Path | None,
+                caps: dict[str, int | None], order: str = "rank") -> ParsedRun:
     """A TREC run (``qid Q0 docno rank score tag``), DOCNOs read through ``mapping`` when given."""
-    raw = _read_bytes(path)
+    raw = raw.removeprefix(BOM)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -221,9 +297,9 @@ def _parse_trec(path: Path, check, mapping: dict[str, str] | None, mapping_path:
         lineno = next(i for i, r in enumerate(rows, start=1) if len(r) > MAX_LINE_BYTES)
         raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
     per, tags = _trec_rows(path, rows, check, mapping, mapping_path)
-    out, disagree = _trec_lists(path, per)
-    parsed = ParsedRun(path, file_sha256(path), "trec", out, len(rows), disagree,
-                       str(mapping_path) if mapping_path is not None else None)
+    out, disagree = _trec_lists(path, per) if order == "rank" else (_trec_by_score(per), 0)
+    parsed = ParsedRun(path, "", "trec", out, len(rows), disagree,
+                       str(mapping_path) if mapping_path is not None else None, order=order)
     if len(tags) == 1 and next(iter(tags)) in caps:
         parsed.cap_known, parsed.result_cap = True, caps[next(iter(tags))]
     return parsed
@@ -287,5 +363,11 @@ def _trec_lists(path: Path, per: dict[str, list[tuple[int, int, float, str]]]) -
         out.append(RunList(qid, "qid", first_line, [r[3] for r in ranked]))
     if repeated:
         lineno, rank, qid = min(repeated)
-        raise InputError(f"{path}:{lineno}: rank {rank} repeated in query {qid!r}; each rank once per query")
+        raise InputError(f"{path}:{lineno}: rank {rank} repeated in query {qid!r}; each rank once per query, "
+                         "or pass --order score to rank by the score column (as trec_eval does)")
     return out, disagree
+
+
+def _trec_by_score(per: dict[str, list[tuple[int, int, float, str]]]) -> list[RunList]:
+    """``--order score``: each query by score descending, ties by DOCNO descending (trec_eval)."""
+    return [RunList(qid, "qid", ranked[0][1], by_score([(r[2], r[3]) for r in ranked])) for qid, ranked in per.items()]

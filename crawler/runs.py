@@ -49,6 +49,13 @@ class ImportResult:
     parsed: ParsedRun
     source_changed: bool = False
     notes: list[str] = field(default_factory=list)
+    depth: int | None = None  # the depth the row is scored to (None: k_max, complete)
+    depth_given: bool = False  # --depth, rather than the longest list
+    depth_changed: bool = False
+    queries: int = 0  # benchmark queries answered (a text shared by two queries counts twice)
+    queries_total: int = 0
+    texts_total: int = 0
+    not_in_corpus: list[tuple[str, int, int]] = field(default_factory=list)  # (corpus, names absent, distinct names)
 
 
 # ------------------------------------------------------------------ the benchmark
@@ -123,10 +130,14 @@ def reserved_names() -> set[str]:
     return {*ENGINES, "bm25", "dense", ENGINE}
 
 
-def run_identity(*, bench: str, name: str, sha256: str, fmt: str) -> dict[str, Any]:
-    """What makes an imported row: the file's bytes, its format, its name and benchmark."""
-    return {"engine": ENGINE, "endpoint_version": ENDPOINT_VERSION, "benchmark": bench, "name": name,
-            "sha256": sha256, "format": fmt}
+def run_identity(*, bench: str, name: str, sha256: str, fmt: str, order: str = "rank") -> dict[str, Any]:
+    """What makes an imported row: the file's bytes, its format (and ``--order score``, which
+    reads other lists from the same bytes), its name and benchmark."""
+    ident = {"engine": ENGINE, "endpoint_version": ENDPOINT_VERSION, "benchmark": bench, "name": name,
+             "sha256": sha256, "format": fmt}
+    if order != "rank":
+        ident["order"] = order
+    return ident
 
 
 def check_name(session: Session, name: str) -> None:
@@ -153,27 +164,36 @@ def write_run(
     lists: dict[str, tuple[str, list[str]]],
     k_max: int = K_MAX,
     result_cap: int | None | str = "longest",
+    order: str = "rank",
+    depth: int | None = None,
 ) -> tuple[EngineConfig, bool, int]:
     """The configuration and answers of one run (caller's transaction): (config, created,
     hits written). An existing configuration of the same identity is left as it is (its
-    ``source`` updated if a new one is given). ``result_cap``: "longest" = the longest
-    list when shorter than ``k_max`` (the ``k≤N`` badge), else the cap to record."""
+    ``source`` updated if a new one is given, its depth if ``depth`` is given).
+    ``result_cap``: "longest" = the longest list when shorter than ``k_max`` (the ``k≤N``
+    badge), else the cap to record; ``depth`` (``--depth``) overrides both."""
     from engines.base import config_hash
 
     check_name(session, name)
-    identity = run_identity(bench=bench, name=name, sha256=sha256, fmt=fmt)
+    identity = run_identity(bench=bench, name=name, sha256=sha256, fmt=fmt, order=order)
     digest = config_hash(identity)
+    cap = depth_cap(depth, k_max) if depth is not None else None
     found = session.execute(sa.select(EngineConfig).where(EngineConfig.config_hash == digest)).scalar_one_or_none()
     if found is not None:
         if source is not None and (found.params or {}).get("source") != source:
             found.params = {**(found.params or {}), "source": source}
+        if depth is not None and found.result_cap != cap:
+            found.result_cap = cap
+            found.params = {**(found.params or {}), "depth": depth}
         return found, False, 0
     longest = max((len(n) for _, n in lists.values()), default=0)
+    if depth is None:
+        cap = (longest if 0 < longest < k_max else None) if result_cap == "longest" else result_cap
+    extra = {"depth": depth} if depth is not None else {}
     cfg = EngineConfig(
         engine=ENGINE, endpoint_version=ENDPOINT_VERSION,
-        params={**identity, "source": source, "lists": len(lists), "longest": longest},
-        config_hash=digest, label=name, local=False,
-        result_cap=(longest if 0 < longest < k_max else None) if result_cap == "longest" else result_cap,
+        params={**identity, "source": source, "lists": len(lists), "longest": longest, **extra},
+        config_hash=digest, label=name, local=False, result_cap=cap,
     )
     session.add(cfg)
     session.flush()
@@ -186,6 +206,11 @@ def write_run(
     return cfg, True, sum(len(r.hits) for r in rows)
 
 
+def depth_cap(depth: int, k_max: int = K_MAX) -> int | None:
+    """The result cap of a row asked for ``depth`` names (None: complete to k_max)."""
+    return depth if depth < k_max else None
+
+
 def import_run(
     db: Database,
     path: str | Path,
@@ -196,17 +221,28 @@ def import_run(
     source: str | None = None,
     docnos: str | Path | None = None,
     k_max: int = K_MAX,
+    order: str = "rank",
+    depth: int | None = None,
 ) -> ImportResult:
-    """Parse, check against the benchmark and write, in one transaction (all or nothing)."""
+    """Parse, check against the benchmark and write, in one transaction (all or nothing).
+
+    ``order``: "rank" (the rank column) or "score" (TREC: by score, trec_eval's ties).
+    ``depth``: how many names a query was asked for (metrics at k > depth are undefined);
+    None = the longest list (or the cap our own export names)."""
+    if depth is not None and depth < 1:
+        raise InputError(f"--depth {depth}: give the number of names each query was asked for (1 or more)")
     with db.session() as s, s.begin():
         check_name(s, name)
         b, by_qid, by_text = benchmark_queries(s, bench)
-        parsed = parse_run(path, fmt, docnos, qids=set(by_qid), texts=set(by_text), bench=bench)
+        parsed = parse_run(path, fmt, docnos, qids=set(by_qid), texts=set(by_text), bench=bench, order=order)
         lists, cut = match_benchmark(parsed, by_qid, by_text, k_max)
+        _check_depth(parsed, depth)
         before = None
+        old_cap = _stored_cap(s, b.name, name, parsed, order)
         cfg, created, hits = write_run(s, bench=b.name, name=name, sha256=parsed.sha256, fmt=parsed.format,
                                        source=source, lists=lists, k_max=k_max,
-                                       result_cap=parsed.result_cap if parsed.cap_known else "longest")
+                                       result_cap=parsed.result_cap if parsed.cap_known else "longest",
+                                       order=order, depth=depth)
         if not created:
             before = s.scalar(sa.select(sa.func.count()).select_from(Answer).where(Answer.config_id == cfg.id))
         res = ImportResult(
@@ -214,15 +250,56 @@ def import_run(
             answers=len(lists) if created else int(before or 0), hits=hits,
             unanswered=len(set(by_text.values()) - set(lists)), cut=cut, parsed=parsed,
             source_changed=not created and s.is_modified(cfg),
+            depth=cfg.result_cap, depth_given=depth is not None,
+            depth_changed=not created and depth is not None and old_cap != cfg.result_cap,
+            queries=sum(1 for _, sha in by_qid.values() if sha in lists),
+            queries_total=len(by_qid), texts_total=len(by_text),
+            not_in_corpus=names_not_in_corpora(s, lists),
         )
     if parsed.score_disagreements:
         res.notes.append(
             f"{parsed.score_disagreements} of {len(parsed.lists)} queries have scores that disagree with their ranks; "
-            "the rank column's order is kept (trec_eval would re-sort by score)"
+            "the rank column's order is kept (trec_eval would re-sort by score: --order score)"
         )
     if cut:
         res.notes.append(f"{cut} lists longer than k_max = {k_max} were cut at {k_max}")
     return res
+
+
+def _stored_cap(session: Session, bench: str, name: str, parsed: ParsedRun, order: str) -> int | None:
+    """The result cap an earlier import of the same file stored (None: none, or no such row)."""
+    from engines.base import config_hash
+
+    digest = config_hash(run_identity(bench=bench, name=name, sha256=parsed.sha256, fmt=parsed.format, order=order))
+    return session.scalar(sa.select(EngineConfig.result_cap).where(EngineConfig.config_hash == digest))
+
+
+def _check_depth(parsed: ParsedRun, depth: int | None) -> None:
+    """``--depth`` below the longest list: the run was asked for more than it says."""
+    if depth is None:
+        return
+    longest = max(parsed.lists, key=lambda rl: len(rl.names), default=None)
+    if longest is not None and len(longest.names) > depth:
+        raise InputError(f"--depth {depth}: {parsed.path}:{longest.line} already lists {len(longest.names)} names "
+                         f"for {longest.key[:60]!r}; give --depth {len(longest.names)} or more (the depth each "
+                         "query was asked for)")
+
+
+def names_not_in_corpora(session: Session, lists: dict[str, tuple[str, list[str]]]) -> list[tuple[str, int, int]]:
+    """Per loaded corpus: (NAME@REV, distinct returned names it does not hold, distinct names),
+    names normalised as the scorer resolves them."""
+    from store.models import Corpus, Declaration
+    from store.names import normalize_name
+
+    names = sorted({n for _, ns in lists.values() for n in (normalize_name(x) for x in ns) if n})
+    out = []
+    for c in session.execute(sa.select(Corpus).order_by(Corpus.id)).scalars():
+        held: set[str] = set()
+        for i in range(0, len(names), 900):
+            held.update(session.execute(sa.select(Declaration.full_name).where(
+                Declaration.corpus_id == c.id, Declaration.full_name.in_(names[i:i + 900]))).scalars())
+        out.append((f"{c.name}@{c.revision}", len(names) - len(held), len(names)))
+    return out
 
 
 @dataclass

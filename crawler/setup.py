@@ -117,7 +117,7 @@ def check_secrets_over_tls(adapter) -> None:
     """
     from urllib.parse import parse_qsl
 
-    from engines.base import _SECRET_NAME
+    from engines.redact import SECRET_NAME
     from store.errors import InputError
 
     request = adapter.build_request(["secret check"])
@@ -130,9 +130,9 @@ def check_secrets_over_tls(adapter) -> None:
         if value and (value in str(url) or any(value in v for v in request.headers.values())
                       or value.encode() in (request.content or b"")):
             found.append(env)
-    found += [f"header {k}" for k in request.headers if _SECRET_NAME.search(k)]
+    found += [f"header {k}" for k in request.headers if SECRET_NAME.search(k)]
     found += [f"query parameter {k}" for k, _ in parse_qsl(url.query.decode() if isinstance(url.query, bytes)
-                                                           else str(url.query)) if _SECRET_NAME.search(k)]
+                                                           else str(url.query)) if SECRET_NAME.search(k)]
     if url.userinfo:
         found.append("user:password in the URL")
     if found:

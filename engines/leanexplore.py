@@ -29,24 +29,22 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from engines.base import (
-    AskedFor,
-    EngineDefaults,
-    EngineHTTPError,
-    EngineParseError,
-    HitList,
-    ParsedHit,
-    Rate,
-    RemoteAdapter,
-    decode_json_object,
-    finish_hits,
-)
+from engines.protocol import AskedFor, EngineDefaults, EngineParseError
+from engines.rates import Rate
+from engines.remote import RemoteAdapter
 
 API_KEY_ENV = "ENGINES_LEANEXPLORE_API_KEY"
 
 
 class LeanExploreAdapter(RemoteAdapter):
     engine = "leanexplore"
+    display_name = "LeanExplore"
+    summary = "LeanExplore (leanexplore.com, API v2): hybrid search over Mathlib and other packages."
+    stand_in = "engines.emulate.apis:LeanExploreAPI"
+    # The demo's stand-in leans on names and modules.
+    demo_port = 47812
+    demo_weights = {"name": 3, "signature": 1, "docstring": 0, "module": 2}
+    json_object = True
     endpoint_version = "api-v2-search"
     # 2: tolerant items; `{}` is an empty answer; v1 statement groups parse.
     # 3: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
@@ -65,19 +63,19 @@ class LeanExploreAdapter(RemoteAdapter):
         self.params["packages"] = sorted(pk) if pk else None
 
     def build_request(self, texts: list[str]) -> httpx.Request:
-        self._check_texts(texts)
+        self.check_texts(texts)
         query: dict[str, Any] = {"q": texts[0], "limit": self.num_results}
         if self.params["packages"]:
             query["packages"] = ",".join(self.params["packages"])
-        headers = self._headers()
+        headers = self.request_headers()
         key = os.environ.get(API_KEY_ENV)
         if key and self.host == urlsplit(self.DEFAULT_URL).netloc:
             headers["Authorization"] = f"Bearer {key}"
-        return self._request("GET", f"{self.base_url}/search", params=query, headers=headers)
+        return self.new_request("GET", f"{self.base_url}/search", params=query, headers=headers)
 
     def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:
         """``GET <base>/search?q=&limit=&packages=`` → the text, ``num_results`` and ``packages``."""
-        q = self._sent_to(method, url, "GET", "/search")
+        q = self.sent_to(method, url, "GET", "/search")
         if not q or not q.get("q"):
             return None
         params: dict[str, Any] = {}
@@ -87,43 +85,42 @@ class LeanExploreAdapter(RemoteAdapter):
             params["packages"] = q["packages"][0]
         return AskedFor(q["q"][:1], params)
 
-    def parse(
-        self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
-    ) -> list[HitList]:
-        data = decode_json_object(self.engine, status_code, headers, body)
+    def body_error(self, data: dict[str, Any]) -> str | None:
         if "msg" in data and "results" not in data:
-            raise EngineHTTPError(f"leanexplore: error in body: {data['msg']!r:.200}")
-        if "results" not in data and set(data) <= _ENVELOPE_KEYS and not data.get("count"):
+            return f"error in body: {data['msg']!r:.200}"
+        return None
+
+    def items(self, data: dict[str, Any]) -> list[Any]:
+        if "results" not in data and set(data) <= ENVELOPE_KEYS and not data.get("count"):
             # The official client reads a missing `results` as no results: `{}` is an empty answer.
-            return [HitList()]
+            return []
         results = data.get("results")
         if not isinstance(results, list):
             raise EngineParseError(
                 f"leanexplore: `results` is {type(results).__name__}, expected a list (keys {sorted(data)[:8]})"
             )
-        hits = HitList()
-        for i, item in enumerate(results):
+        return results
+
+    def item_name(self, item: Any) -> str:
+        return result_name(item)
+
+    def item_raw(self, item: dict[str, Any]) -> dict[str, Any]:
+        """The item, plus ``dependencies_list`` when its ``dependencies`` string decodes to a list."""
+        raw = dict(item)
+        deps = item.get("dependencies")
+        if isinstance(deps, str):
             try:
-                name = result_name(item)
-            except EngineParseError as exc:
-                hits.drop(f"result {i + 1}: {exc}")
-                continue
-            raw = dict(item)
-            deps = item.get("dependencies")
-            if isinstance(deps, str):
-                try:
-                    decoded = json.loads(deps)
-                except json.JSONDecodeError:
-                    decoded = None  # kept as the string; dependencies are informative only
-                if isinstance(decoded, list):
-                    raw["dependencies_list"] = decoded
-            hits.append(ParsedHit(rank=i + 1, name=name, raw=raw))
-        return [finish_hits(self.engine, hits, len(results))]
+                decoded = json.loads(deps)
+            except json.JSONDecodeError:
+                decoded = None  # kept as the string; dependencies are informative only
+            if isinstance(decoded, list):
+                raw["dependencies_list"] = decoded
+        return raw
 
 
 # Keys of the v2 (and v1) search envelope: an object with only these and no `results`
 # is an empty answer; anything else without `results` is a changed schema.
-_ENVELOPE_KEYS = {"query", "count", "processing_time_ms", "packages_applied", "total_candidates_considered"}
+ENVELOPE_KEYS = {"query", "count", "processing_time_ms", "packages_applied", "total_candidates_considered"}
 
 
 def result_name(item: Any) -> str:

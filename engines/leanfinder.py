@@ -38,24 +38,15 @@ from urllib.parse import unquote
 
 import httpx
 
-from engines.base import (
-    AskedFor,
-    EngineDefaults,
-    EngineHTTPError,
-    EngineParseError,
-    HitList,
-    ParsedHit,
-    Rate,
-    RemoteAdapter,
-    decode_json_object,
-    finish_hits,
-    request_json,
-)
+from engines.jsonbody import request_json
+from engines.protocol import AskedFor, EngineDefaults, EngineParseError, ForeignItem
+from engines.rates import Rate
+from engines.remote import RemoteAdapter
 from store.errors import InputError
 
 DEFAULT_VERSION = "v4.19.0"
 KNOWN_VERSIONS = ("v4.19.0", "v4.24.0", "v4.28.0")
-_DOCS_PATTERN = re.compile(r"pattern=(.*?)#doc")
+DOCS_PATTERN = re.compile(r"pattern=(.*?)#doc")
 
 
 def detect_schema(item: Any) -> str | None:
@@ -70,6 +61,13 @@ def detect_schema(item: Any) -> str | None:
 
 class LeanFinderAdapter(RemoteAdapter):
     engine = "leanfinder"
+    display_name = "Lean Finder"
+    summary = "Lean Finder (Hugging Face endpoint): semantic search over Mathlib from informal statements."
+    stand_in = "engines.emulate.apis:LeanFinderAPI"
+    # The demo's stand-in leans on statements.
+    demo_port = 47813
+    demo_weights = {"name": 1, "signature": 3, "docstring": 1, "module": 0}
+    json_object = True
     endpoint_version = "hf-endpoint-inputs-v1"
     # 2: tolerant items (no Lean name, null item: dropped, ranks kept).
     # 3: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
@@ -85,12 +83,12 @@ class LeanFinderAdapter(RemoteAdapter):
             raise InputError(f"leanfinder: version {v!r} is not like v4.19.0 (known: {', '.join(KNOWN_VERSIONS)})")
 
     def build_request(self, texts: list[str]) -> httpx.Request:
-        self._check_texts(texts)
+        self.check_texts(texts)
         payload: dict[str, Any] = {"inputs": texts[0], "top_k": self.num_results}
         if self.params["version"] is not None:
             payload["version"] = self.params["version"]
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        return self._request("POST", self.base_url, headers=self._headers(json_body=True), content=body)
+        return self.new_request("POST", self.base_url, headers=self.request_headers(json_body=True), content=body)
 
     def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:
         """``POST <endpoint>`` with ``{"inputs", "top_k", "version"}`` → the text, ``num_results``, ``version``.
@@ -99,7 +97,7 @@ class LeanFinderAdapter(RemoteAdapter):
         leaves ``version`` to the default, as imports always read it: the one place the
         round trip of the identity does not hold (the texts' does).
         """
-        data = request_json(body) if self._sent_to(method, url, "POST", "") is not None else None
+        data = request_json(body) if self.sent_to(method, url, "POST", "") is not None else None
         if data is None or not isinstance(data.get("inputs"), str):
             return None
         params: dict[str, Any] = {}
@@ -109,39 +107,33 @@ class LeanFinderAdapter(RemoteAdapter):
             params["version"] = data["version"]
         return AskedFor([data["inputs"]], params)
 
-    def parse(
-        self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
-    ) -> list[HitList]:
-        data = decode_json_object(self.engine, status_code, headers, body)
-        if "error" in data:
-            raise EngineHTTPError(f"leanfinder: error in body: {data['error']!r:.200}")
+    def body_error(self, data: dict[str, Any]) -> str | None:
+        return f"error in body: {data['error']!r:.200}" if "error" in data else None
+
+    def items(self, data: dict[str, Any]) -> list[Any]:
         results = data.get("results")
         if not isinstance(results, list):
             raise EngineParseError(
                 f"leanfinder: `results` is {type(results).__name__}, expected a list (keys {sorted(data)[:8]})"
             )
-        hits = HitList()
-        foreign = 0
-        for i, item in enumerate(results):
-            schema = detect_schema(item)
-            if schema == "current":
-                name = item["formal_name"]
-                if not isinstance(name, str) or not name:
-                    hits.drop(f"result {i + 1}: no Lean name (`formal_name` is {name!r:.60})")
-                    continue
-            elif schema == "url":
-                url = item["url"]
-                m = _DOCS_PATTERN.search(url) if isinstance(url, str) else None
-                if not m or not m.group(1):
-                    # Not a mathlib4_docs link (another library): a normal answer with no
-                    # declaration name to score, so it does not count towards "all unusable".
-                    foreign += isinstance(url, str)
-                    hits.drop(f"result {i + 1}: no Lean name in `url` {url!r:.80}")
-                    continue
-                name = unquote(m.group(1))
-            else:
-                keys = sorted(item)[:10] if isinstance(item, dict) else type(item).__name__
-                hits.drop(f"result {i + 1}: matches neither known schema ({keys})")
-                continue
-            hits.append(ParsedHit(rank=i + 1, name=name, raw=item))
-        return [finish_hits(self.engine, hits, len(results), benign=foreign)]
+        return results
+
+    def item_name(self, item: Any) -> str:
+        """``formal_name`` (current schema) or the ``pattern=`` of a mathlib4_docs URL (older)."""
+        schema = detect_schema(item)
+        if schema == "current":
+            name = item["formal_name"]
+            if not isinstance(name, str) or not name:
+                raise EngineParseError(f"no Lean name (`formal_name` is {name!r:.60})")
+            return name
+        if schema == "url":
+            url = item["url"]
+            m = DOCS_PATTERN.search(url) if isinstance(url, str) else None
+            if not m or not m.group(1):
+                # Not a mathlib4_docs link (another library): a normal answer with no
+                # declaration name to score, so it does not count towards "all unusable".
+                drop = ForeignItem if isinstance(url, str) else EngineParseError
+                raise drop(f"no Lean name in `url` {url!r:.80}")
+            return unquote(m.group(1))
+        keys = sorted(item)[:10] if isinstance(item, dict) else type(item).__name__
+        raise EngineParseError(f"matches neither known schema ({keys})")

@@ -27,19 +27,10 @@ from typing import Any, Mapping
 
 import httpx
 
-from engines.base import (
-    AskedFor,
-    EngineDefaults,
-    EngineHTTPError,
-    EngineParseError,
-    HitList,
-    ParsedHit,
-    Rate,
-    RemoteAdapter,
-    decode_json_body,
-    finish_hits,
-    request_json,
-)
+from engines.jsonbody import request_json
+from engines.protocol import AskedFor, EngineDefaults, EngineHTTPError, EngineParseError, HitList, ParsedHit, finish_hits
+from engines.rates import Rate
+from engines.remote import RemoteAdapter
 
 MAX_NUM_RESULTS = 150  # server-side validation since 2025-09-12 (frenzymath/LeanSearch f264465)
 
@@ -63,7 +54,8 @@ def is_legacy(data: list) -> bool:
     )
 
 
-def _legacy_item_name(item: Any) -> str:
+def legacy_item_name(item: Any) -> str:
+    """The name of one item of the legacy flat list (``formal_name``)."""
     if not isinstance(item, dict):
         raise EngineParseError(f"item is {type(item).__name__}, expected an object")
     name = item.get("formal_name")
@@ -99,6 +91,12 @@ def _usual_name(item: Any) -> str | None:
 
 class LeanSearchAdapter(RemoteAdapter):
     engine = "leansearch"
+    display_name = "LeanSearch"
+    summary = "LeanSearch (leansearch.net): natural-language search over Mathlib, informal descriptions."
+    stand_in = "engines.emulate.apis:LeanSearchAPI"
+    # The demo's stand-in leans on docstrings (the real index is built from informal descriptions).
+    demo_port = 47811
+    demo_weights = {"name": 1, "signature": 1, "docstring": 3, "module": 0}
     endpoint_version = "post-search-v1"
     # 2: tolerant items (a bad item is dropped, ranks kept); the legacy flat list parses.
     # 3: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
@@ -109,27 +107,34 @@ class LeanSearchAdapter(RemoteAdapter):
     defaults = EngineDefaults(rate=Rate(3, 30.0), timeout=30.0, result_cap=50, batch_size=1, num_results=50)
 
     def build_request(self, texts: list[str]) -> httpx.Request:
-        self._check_texts(texts)
+        self.check_texts(texts)
         body = json.dumps({"query": list(texts), "num_results": self.num_results}, ensure_ascii=False)
-        return self._request("POST", f"{self.base_url}/search", headers=self._headers(json_body=True),
+        return self.new_request("POST", f"{self.base_url}/search", headers=self.request_headers(json_body=True),
                              content=body.encode("utf-8"))
 
     def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:
         """``POST /search`` with ``{"query": [texts], "num_results": n}`` → texts and ``num_results``."""
-        data = request_json(body) if self._sent_to(method, url, "POST", "/search") is not None else None
+        data = request_json(body) if self.sent_to(method, url, "POST", "/search") is not None else None
         texts = data.get("query") if data is not None else None
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
             return None
         params = {"num_results": int(data["num_results"])} if data.get("num_results") else {}
         return AskedFor(list(texts), params)
 
+    def body_error(self, data: Any) -> str | None:
+        if isinstance(data, dict) and ("error" in data or "detail" in data):
+            return f"error in body: {data.get('error', data.get('detail'))!r:.200}"
+        return None
+
     def parse(
         self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
     ) -> list[HitList]:
-        data = decode_json_body(self.engine, status_code, headers, body)
+        """One answer list per text (a batch), or the legacy flat list for one text."""
+        data = self.decode(status_code, headers, body)
+        message = self.body_error(data)
+        if message is not None:
+            raise EngineHTTPError(f"leansearch: {message}")
         if isinstance(data, dict):
-            if "error" in data or "detail" in data:
-                raise EngineHTTPError(f"leansearch: error in body: {data.get('error', data.get('detail'))!r:.200}")
             raise EngineParseError(f"leansearch: top level is an object with keys {sorted(data)[:8]}, expected a list")
         if not isinstance(data, list):
             raise EngineParseError(f"leansearch: top level is {type(data).__name__}, expected a list of lists")
@@ -140,13 +145,7 @@ class LeanSearchAdapter(RemoteAdapter):
                 raise EngineParseError(
                     f"leansearch: legacy flat list (GET /api/search schema) for {len(texts)} queries; it carries one answer"
                 )
-            hits = HitList()
-            for i, item in enumerate(data):
-                try:
-                    hits.append(ParsedHit(rank=i + 1, name=_legacy_item_name(item), raw=item))
-                except EngineParseError as exc:
-                    hits.drop(f"legacy hit {i + 1}: {exc}")
-            return [finish_hits(self.engine, hits, len(data), where="legacy answer")]
+            return [self.hit_list(data, where="legacy answer", label="legacy hit", name=legacy_item_name)]
         if len(data) != len(texts):
             raise EngineParseError(f"leansearch: {len(data)} answer lists for {len(texts)} queries")
         out: list[HitList] = []

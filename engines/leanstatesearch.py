@@ -6,7 +6,7 @@ must be a valid Lean proof state" (§6.3). The benchmark texts are statements, n
 goals, so a text without ``⊢`` is sent as the goal ``⊢ <text>`` (a goal with no
 hypotheses: the closest proof state to a bare statement; how well the engine ranks
 such goals is untested, §6.1). A text that already holds ``⊢`` is sent unchanged.
-Read back (``read_request``, :func:`goal_text`), ``⊢ <statement>`` gives the statement.
+Read back (``read_request``, :func:`engines.queries.goal_text`), ``⊢ <statement>`` gives the statement.
 
 ``rev`` is the Lean/Mathlib revision searched, a result-changing parameter (part of the
 identity); the default ``v4.22.0`` is lean-lsp-mcp's. ``results`` is ``num_results``.
@@ -30,44 +30,13 @@ from typing import Any, Mapping
 
 import httpx
 
-from engines.base import (
-    AskedFor,
-    EngineDefaults,
-    EngineHTTPError,
-    EngineParseError,
-    HitList,
-    ParsedHit,
-    Rate,
-    RemoteAdapter,
-    decode_json_body,
-    finish_hits,
-)
+from engines.protocol import AskedFor, EngineDefaults, EngineHTTPError, EngineParseError
+from engines.queries import goal_query, goal_text
+from engines.rates import Rate
+from engines.remote import RemoteAdapter
 from store.errors import InputError
 
 DEFAULT_REV = "v4.22.0"  # lean-lsp-mcp's default
-GOAL = "⊢"
-
-
-def goal_query(text: str) -> str:
-    """The proof state sent for ``text``: unchanged when it holds ``⊢``, else ``⊢ <text>``."""
-    return text if GOAL in text else f"{GOAL} {text}"
-
-
-def goal_text(query: str) -> str | None:
-    """The text whose :func:`goal_query` is ``query``; None when no text gives it (no ``⊢``).
-
-    Not unique: ``"⊢ a = b"`` is sent both for the statement ``a = b`` and for the text
-    ``⊢ a = b``. The statement wins: ``"⊢ "`` followed by a rest without ``⊢`` gives the
-    rest (benchmark texts are statements, and the crawler sends its ``⊢`` prefix only to
-    them, so this is the text its answers are filed under); any other query holding ``⊢``
-    (a proof state with hypotheses, ``"⊢a"``) is its own text. Always
-    ``goal_query(goal_text(q)) == q``; ``goal_text(goal_query(t)) == t`` for every ``t``
-    except a text that is itself ``"⊢ "`` + a statement.
-    """
-    if GOAL not in query:
-        return None
-    rest = query.removeprefix(f"{GOAL} ")
-    return rest if rest != query and GOAL not in rest else query
 
 
 def error_message(data: Any) -> str | None:
@@ -85,6 +54,9 @@ def error_message(data: Any) -> str | None:
 
 class LeanStateSearchAdapter(RemoteAdapter):
     engine = "leanstatesearch"
+    display_name = "LeanStateSearch"
+    summary = "LeanStateSearch (premise-search.com): premise search from a proof state (best-effort: being retired)."
+    stand_in = "engines.emulate.apis:LeanStateSearchAPI"
     endpoint_version = "get-api-search-v1"
     # 2: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
     parser_version = 2
@@ -99,14 +71,14 @@ class LeanStateSearchAdapter(RemoteAdapter):
             raise InputError(f"leanstatesearch: rev {rev!r} must be a revision like {DEFAULT_REV}")
 
     def build_request(self, texts: list[str]) -> httpx.Request:
-        self._check_texts(texts)
+        self.check_texts(texts)
         query = {"query": goal_query(texts[0]), "results": self.num_results, "rev": self.params["rev"]}
-        return self._request("GET", f"{self.base_url}/api/search", params=query, headers=self._headers())
+        return self.new_request("GET", f"{self.base_url}/api/search", params=query, headers=self.request_headers())
 
     def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:
         """``GET /api/search?query=&results=&rev=`` → the text (:func:`goal_text`: a bare
         ``⊢ <statement>`` gives the statement), ``num_results`` and ``rev``."""
-        q = self._sent_to(method, url, "GET", "/api/search")
+        q = self.sent_to(method, url, "GET", "/api/search")
         text = goal_text(q["query"][0]) if q and q.get("query") else None
         if text is None:
             return None
@@ -117,9 +89,8 @@ class LeanStateSearchAdapter(RemoteAdapter):
             params["rev"] = q["rev"][0]
         return AskedFor([text], params)
 
-    def parse(
-        self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
-    ) -> list[HitList]:
+    def decode(self, status_code: int, headers: Mapping[str, str], body: bytes) -> Any:
+        """Errors are HTTP 400 with ``{"error", "schema"}``: their message, not a status alone."""
         if not 200 <= status_code < 300:
             try:
                 message = error_message(json.loads(body.decode("utf-8")))
@@ -127,20 +98,15 @@ class LeanStateSearchAdapter(RemoteAdapter):
                 message = None
             if message is not None:
                 raise EngineHTTPError(f"leanstatesearch: HTTP {status_code}: {message:.300}")
-        data = decode_json_body(self.engine, status_code, headers, body)
+        return super().decode(status_code, headers, body)
+
+    def body_error(self, data: Any) -> str | None:
+        message = error_message(data)
+        return None if message is None else f"error in body: {message:.300}"
+
+    def items(self, data: Any) -> list[Any]:
         if isinstance(data, dict):
-            message = error_message(data)
-            if message is not None:
-                raise EngineHTTPError(f"leanstatesearch: error in body: {message:.300}")
             raise EngineParseError(f"leanstatesearch: top level is an object with keys {sorted(data)[:8]}, expected a list")
         if not isinstance(data, list):
             raise EngineParseError(f"leanstatesearch: top level is {type(data).__name__}, expected a list")
-        hits = HitList()
-        for i, item in enumerate(data):
-            name = item.get("name") if isinstance(item, dict) else None
-            if not isinstance(name, str) or not name:
-                what = f"keys {sorted(item)[:10]}" if isinstance(item, dict) else type(item).__name__
-                hits.drop(f"result {i + 1}: no string `name` ({what})")
-                continue
-            hits.append(ParsedHit(rank=i + 1, name=name, raw=item))
-        return [finish_hits(self.engine, hits, len(data))]
+        return data

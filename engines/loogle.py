@@ -23,25 +23,20 @@ from typing import Any, Mapping
 
 import httpx
 
-from engines.base import (
-    AskedFor,
-    EngineDefaults,
-    EngineHTTPError,
-    EngineOutage,
-    EngineParseError,
-    HitList,
-    ParsedHit,
-    Rate,
-    RemoteAdapter,
-    decode_json_object,
-    finish_hits,
-)
+from engines.protocol import AskedFor, EngineDefaults, EngineOutage, EngineParseError
+from engines.rates import Rate
+from engines.remote import RemoteAdapter
 
 MAX_HITS = 200  # server default --max-results
 
 
 class LoogleAdapter(RemoteAdapter):
     engine = "loogle"
+    display_name = "Loogle"
+    summary = "Loogle (loogle.lean-lang.org): search Mathlib by constants, names and type patterns."
+    stand_in = "engines.emulate.apis:LoogleAPI"
+    json_object = True
+    item_label = "hit"
     endpoint_version = "get-json-q"
     # 2: tolerant items; a restarting backend is an outage, not a failed query.
     # 3: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
@@ -55,12 +50,12 @@ class LoogleAdapter(RemoteAdapter):
         return ident
 
     def build_request(self, texts: list[str]) -> httpx.Request:
-        self._check_texts(texts)
-        return self._request("GET", f"{self.base_url}/json", params={"q": texts[0]}, headers=self._headers())
+        self.check_texts(texts)
+        return self.new_request("GET", f"{self.base_url}/json", params={"q": texts[0]}, headers=self.request_headers())
 
     def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:
         """``GET /json?q=`` → the text (Loogle takes no other parameter)."""
-        q = self._sent_to(method, url, "GET", "/json")
+        q = self.sent_to(method, url, "GET", "/json")
         return AskedFor(q["q"][:1]) if q and q.get("q") else None
 
     def outage_reason(self, status_code: int, headers: Mapping[str, str], body: bytes) -> str | None:
@@ -71,29 +66,21 @@ class LoogleAdapter(RemoteAdapter):
                 reason = f"backend restarting (HTTP {status_code}): {message:.100}"
         return reason
 
-    def parse(
-        self, texts: list[str], status_code: int, headers: Mapping[str, str], body: bytes
-    ) -> list[HitList]:
-        data = decode_json_object(self.engine, status_code, headers, body)
-        if "error" in data:
-            message = str(data["error"])
-            if is_backend_crash(message):
-                raise EngineOutage(f"loogle: backend restarting: {message!r:.300}")
-            # `suggestions` are queries to try instead, never hits.
-            raise EngineHTTPError(f"loogle: query error: {message!r:.300}")
+    def body_error(self, data: dict[str, Any]) -> str | None:
+        if "error" not in data:
+            return None
+        message = str(data["error"])
+        if is_backend_crash(message):
+            raise EngineOutage(f"loogle: backend restarting: {message!r:.300}")
+        # `suggestions` are queries to try instead, never hits.
+        return f"query error: {message!r:.300}"
+
+    def items(self, data: dict[str, Any]) -> list[Any]:
         hits_in = data.get("hits")
         if not isinstance(hits_in, list):
             what = "empty object (no search ran: empty or repeated q)" if not data else f"keys {sorted(data)[:8]}"
             raise EngineParseError(f"loogle: `hits` is {type(hits_in).__name__}, expected a list ({what})")
-        hits = HitList()
-        for i, item in enumerate(hits_in):
-            name = item.get("name") if isinstance(item, dict) else None
-            if not isinstance(name, str) or not name:
-                what = f"keys {sorted(item)[:10]}" if isinstance(item, dict) else type(item).__name__
-                hits.drop(f"hit {i + 1}: no string `name` ({what})")
-                continue
-            hits.append(ParsedHit(rank=i + 1, name=name, raw=item))
-        return [finish_hits(self.engine, hits, len(hits_in))]
+        return hits_in
 
 
 # A crashed backend answers 200 + `{"error": "... Restarting..."}` (server.py) or
@@ -103,6 +90,7 @@ _CRASH = re.compile(r"restarting|died with code", re.I)
 
 
 def is_backend_crash(message: str) -> bool:
+    """A backend crash (``Restarting``, ``died with code N``), not a query error."""
     return bool(_CRASH.search(message))
 
 

@@ -1,7 +1,16 @@
-"""The registry of remote engines: name → adapter class, and construction by name."""
+"""The registry of remote engines: :data:`ENGINES`, the one place an engine is registered.
+
+An engine is declared once, on its adapter class (:class:`engines.remote.RemoteAdapter`'s
+declaration attributes); one :func:`register` line below makes it known. Everything else
+that names engines derives from here: construction by name (:func:`get_adapter`,
+:func:`adapter_for_config`), display names, the stand-ins (:func:`stand_in_api`), the
+demo's engines, ports and weights (:func:`demo_engines`), the CLI's help
+(:func:`engine_list`) and the tests' parametrisation. See docs/adding-an-engine.md.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from engines.leanexplore import LeanExploreAdapter
@@ -9,15 +18,74 @@ from engines.leanfinder import LeanFinderAdapter
 from engines.leansearch import LeanSearchAdapter
 from engines.leanstatesearch import LeanStateSearchAdapter
 from engines.loogle import LoogleAdapter
+from engines.remote import RemoteAdapter
 from store.errors import InputError
 
-ENGINES: dict[str, type] = {
-    "leansearch": LeanSearchAdapter,
-    "leanexplore": LeanExploreAdapter,
-    "leanfinder": LeanFinderAdapter,
-    "loogle": LoogleAdapter,
-    "leanstatesearch": LeanStateSearchAdapter,
-}
+ENGINES: dict[str, type[RemoteAdapter]] = {}
+TRANSPORTS = ("http",)  # how the crawler can reach an engine
+
+
+def register(cls: type[RemoteAdapter]) -> type[RemoteAdapter]:
+    """Make the engine ``cls`` declares known by its ``engine`` name (usable as a decorator).
+
+    Checks the declaration: a lower-case name, a display name, a default URL, a transport
+    the crawler speaks, ``stand_in`` as ``"module:Class"`` (or empty), demo port and
+    weights together. Registering another class under a taken name is refused.
+    """
+    name = cls.engine
+    problems = []
+    if not name or name != name.lower() or not name.isidentifier():
+        problems.append(f"engine name {name!r} must be a lower-case identifier")
+    if not cls.display_name:
+        problems.append("no display_name")
+    if not cls.DEFAULT_URL or not getattr(cls, "defaults", None):
+        problems.append("no DEFAULT_URL or defaults")
+    if cls.transport not in TRANSPORTS:
+        problems.append(f"transport {cls.transport!r} is not one of {', '.join(TRANSPORTS)}")
+    if cls.stand_in and cls.stand_in.count(":") != 1:
+        problems.append(f"stand_in {cls.stand_in!r} must be 'module:Class'")
+    if (cls.demo_port is None) != (cls.demo_weights is None):
+        problems.append("demo_port and demo_weights go together")
+    if ENGINES.get(name, cls) is not cls:
+        problems.append(f"{name!r} is already registered by {ENGINES[name].__name__}")
+    if problems:
+        raise ValueError(f"cannot register {cls.__name__}: {'; '.join(problems)}")
+    ENGINES[name] = cls
+    return cls
+
+
+register(LeanSearchAdapter)
+register(LeanExploreAdapter)
+register(LeanFinderAdapter)
+register(LoogleAdapter)
+register(LeanStateSearchAdapter)
+
+
+def engine_list(last: str = ", ") -> str:
+    """The registered names for a help text: ``"a, b, c"``, or ``"a, b or c"`` with ``last=" or "``."""
+    names = list(ENGINES)
+    return last.join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else "".join(names)
+
+
+def display_name(engine: str) -> str:
+    """How people write ``engine`` ("Lean Finder"); an unregistered name as it is."""
+    cls = ENGINES.get(engine)
+    return cls.display_name if cls is not None else engine
+
+
+def demo_engines() -> tuple[str, ...]:
+    """The engines ``engines demo`` crawls (those declaring a ``demo_port``), in registry order."""
+    return tuple(name for name, cls in ENGINES.items() if cls.demo_port is not None)
+
+
+def stand_in_api(engine: str) -> type:
+    """The stand-in API class ``engine`` declares (``stand_in = "module:Class"``), imported on demand."""
+    cls = ENGINES.get(str(engine).lower())
+    if cls is None or not cls.stand_in:
+        known = ", ".join(n for n, c in ENGINES.items() if c.stand_in)
+        raise InputError(f"unknown engine {engine!r} for a stand-in; known: {known}")
+    module, _, attr = cls.stand_in.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def get_adapter(name: str, base_url: str | None = None, **params: Any):

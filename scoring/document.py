@@ -21,6 +21,8 @@ def build_score_json(
     compare: tuple[str, str] | None = None,
     profile: str = "main",
     published: bool = True,
+    uncovered: str = "drop",
+    answered_by: str | None = None,
 ) -> dict[str, Any]:
     """Score ``bench`` with the project's one scorer and return the engines.score/1 dict
     (with the published reference rows that apply unless ``published=False``; ``engines
@@ -30,10 +32,11 @@ def build_score_json(
     from scoring.published import attach
 
     result = score(db, bench, corpus=corpus, subset=subset, systems=systems or None, compare=compare,
-                   profile=profile)
+                   profile=profile, uncovered=uncovered, answered_by=answered_by)
     doc = attach(result.to_json()) if published else {**result.to_json(), "published": []}
     doc["dropped_queries"] = dropped_queries(db, bench, doc)
-    doc["slices"] = engine_slices(db, bench, corpus=corpus, subset=subset, systems=systems, profile=profile)
+    doc["slices"] = engine_slices(db, bench, corpus=corpus, subset=subset, systems=systems, profile=profile,
+                                  uncovered=uncovered)
     from scoring.report import drift_docs
 
     drift = drift_docs(db, bench, doc, corpus=corpus)
@@ -75,7 +78,8 @@ def engine_slices(db: Any, bench: str, **kw: Any) -> list[dict[str, Any]]:
     out = []
     for engine in engines:
         doc = score(db, bench, corpus=kw.get("corpus"), subset=kw.get("subset"), systems=kw.get("systems") or None,
-                    profile=kw.get("profile", "main"), slice=f"engine-subset:{engine}").to_json()
+                    profile=kw.get("profile", "main"), slice=f"engine-subset:{engine}",
+                    uncovered=kw.get("uncovered", "drop")).to_json()
         sl = doc["scope"]["slice"]
         out.append({"name": sl["name"], "subset": sl["subset"], "n_queries": doc["benchmark"]["n_queries"],
                     "systems": [{k: v for k, v in sys_.items() if k not in ("per_query", "curves", "pr")}

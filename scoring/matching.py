@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from scoring.metrics import K_MAX
 from scoring.positions import unit_positions
-from scoring.resolve import RESOLVED, _chunks
+from scoring.resolve import _chunks, resolved_clause
 from store.models import Answer, Hit
 
 
@@ -86,9 +86,11 @@ def credit_positions(
 
 
 def answer_hits(
-    session: Session, config_id: int, epoch: int, shas: Sequence[str], k_max: int = K_MAX
+    session: Session, config_id: int, epoch: int, shas: Sequence[str], k_max: int = K_MAX,
+    live_corpus_id: int | None = None,
 ) -> dict[str, list[tuple[int, str]]]:
-    """sha → resolved (rank, name) pairs of the system's current answer, for these texts only.
+    """sha → resolved (rank, name) pairs of the system's current answer, for these texts only
+    (``live_corpus_id``: resolved in the query, :func:`scoring.resolve.resolved_clause`).
 
     Every answered text gets an entry (possibly empty), so an unanswered one stays absent.
     """
@@ -107,7 +109,7 @@ def answer_hits(
             continue
         for aid, rank, name in session.execute(
             sa.select(h.c.answer_id, h.c.rank, h.c.normalized_name).where(
-                h.c.answer_id.in_(list(ids)), h.c.rank <= k_max, h.c.resolution == RESOLVED
+                h.c.answer_id.in_(list(ids)), h.c.rank <= k_max, resolved_clause(live_corpus_id)
             )
         ):
             out[ids[aid]].append((rank, name))
@@ -121,12 +123,13 @@ def recompute(
     epoch: int,
     affected: Sequence[tuple[int, str, Sequence[Sequence[str]]]],
     k_max: int = K_MAX,
+    live_corpus_id: int | None = None,
 ) -> dict[int, tuple[list[int | None], list[int]]]:
     """For (query id, sha, unit names) of the affected queries: query id → (pos per unit,
     credited positions), from the answer's hits. Unanswered queries are absent."""
     if not affected:
         return {}
-    hits = answer_hits(session, config_id, epoch, sorted({sha for _, sha, _ in affected}), k_max)
+    hits = answer_hits(session, config_id, epoch, sorted({sha for _, sha, _ in affected}), k_max, live_corpus_id)
     out: dict[int, tuple[list[int | None], list[int]]] = {}
     for qid, sha, units in affected:
         ranked = hits.get(sha)

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from scoring.metrics import K_MAX
-from scoring.resolve import RESOLVED, _chunks
+from scoring.resolve import _chunks, resolved_clause
 from store.models import Answer, GoldName, GoldUnit, Hit, Position, Query
 from store.types import utcnow
 
@@ -109,6 +109,62 @@ def resolvable_units(query: QueryRec, present: set[str]) -> list[tuple[UnitRec, 
     return out
 
 
+def _by_sha(queries: Sequence[QueryRec]) -> dict[str, list[QueryRec]]:
+    by_sha: dict[str, list[QueryRec]] = {}
+    for qr in queries:
+        by_sha.setdefault(qr.sha, []).append(qr)
+    return by_sha
+
+
+def _current_answers(session: Session, config_id: int, epoch: int, shas: Sequence[str]):
+    """(answer id → query sha of the system's current answers to these texts, newest fetch time)."""
+    a = Answer.__table__
+    answers: dict[int, str] = {}
+    last_fetch = None
+    for chunk in _chunks(list(shas)):
+        for aid, sha, fetched in session.execute(
+            sa.select(a.c.id, a.c.query_sha256, a.c.fetched_at).where(
+                a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded
+            )
+        ):
+            answers[aid] = sha
+            last_fetch = fetched if last_fetch is None or fetched > last_fetch else last_fetch
+    return answers, last_fetch
+
+
+def _position_rows(
+    session: Session, answers: dict[int, str], by_sha: dict[str, list[QueryRec]], present: set[str], k_max: int,
+    live_corpus_id: int | None = None,
+) -> list[dict]:
+    """One row (query_id, gold_unit_id, pos, n_retrieved) per resolvable unit of every answered
+    query, from the answers' hits (resolved as stored, or in the query: ``live_corpus_id``)."""
+    h = Hit.__table__
+    ranked: dict[int, list[tuple[int, str]]] = {}
+    n_retrieved: dict[int, int] = {}
+    for chunk in _chunks(list(answers)):
+        for aid, n in session.execute(
+            sa.select(h.c.answer_id, sa.func.count()).where(h.c.answer_id.in_(chunk), h.c.rank <= k_max).group_by(h.c.answer_id)
+        ):
+            n_retrieved[aid] = n
+        for aid, rank, name in session.execute(
+            sa.select(h.c.answer_id, h.c.rank, h.c.normalized_name).where(
+                h.c.answer_id.in_(chunk), h.c.rank <= k_max, resolved_clause(live_corpus_id)
+            )
+        ):
+            ranked.setdefault(aid, []).append((rank, name))
+    rows = []
+    for aid, sha in answers.items():
+        for qr in by_sha[sha]:
+            units = resolvable_units(qr, present)
+            if not units:
+                continue
+            pos = unit_positions(ranked.get(aid, ()), [names for _, names in units], k_max)
+            for (unit, _), pg in zip(units, pos):
+                rows.append({"query_id": qr.id, "gold_unit_id": unit.id, "pos": pg,
+                             "n_retrieved": n_retrieved.get(aid, 0)})
+    return rows
+
+
 def ensure_positions(
     session: Session,
     *,
@@ -121,21 +177,9 @@ def ensure_positions(
     force: bool = False,
 ) -> bool:
     """Make the stored positions of this system current for these queries; True if rewritten."""
-    a, h, p = Answer.__table__, Hit.__table__, Position.__table__
-    by_sha: dict[str, list[QueryRec]] = {}
-    for qr in queries:
-        by_sha.setdefault(qr.sha, []).append(qr)
-    shas = list(by_sha)
-    answers: dict[int, str] = {}
-    last_fetch = None
-    for chunk in _chunks(shas):
-        for aid, sha, fetched in session.execute(
-            sa.select(a.c.id, a.c.query_sha256, a.c.fetched_at).where(
-                a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded
-            )
-        ):
-            answers[aid] = sha
-            last_fetch = fetched if last_fetch is None or fetched > last_fetch else last_fetch
+    p = Position.__table__
+    by_sha = _by_sha(queries)
+    answers, last_fetch = _current_answers(session, config_id, epoch, list(by_sha))
     answered = set(answers.values())
     expected = {qr.id for qr in queries if qr.sha in answered and resolvable_units(qr, present)}
     query_ids = [qr.id for qr in queries]
@@ -154,42 +198,9 @@ def ensure_positions(
         if stored == expected and (not expected or (oldest is not None and last_fetch is not None and oldest >= last_fetch)):
             return False
 
-    ranked: dict[int, list[tuple[int, str]]] = {}
-    n_retrieved: dict[int, int] = {}
-    answer_ids = list(answers)
-    for chunk in _chunks(answer_ids):
-        for aid, n in session.execute(
-            sa.select(h.c.answer_id, sa.func.count()).where(h.c.answer_id.in_(chunk), h.c.rank <= k_max).group_by(h.c.answer_id)
-        ):
-            n_retrieved[aid] = n
-        for aid, rank, name in session.execute(
-            sa.select(h.c.answer_id, h.c.rank, h.c.normalized_name).where(
-                h.c.answer_id.in_(chunk), h.c.rank <= k_max, h.c.resolution == RESOLVED
-            )
-        ):
-            ranked.setdefault(aid, []).append((rank, name))
-
     now = utcnow()
-    rows = []
-    for aid, sha in answers.items():
-        for qr in by_sha[sha]:
-            units = resolvable_units(qr, present)
-            if not units:
-                continue
-            pos = unit_positions(ranked.get(aid, ()), [names for _, names in units], k_max)
-            for (unit, _), pg in zip(units, pos):
-                rows.append(
-                    {
-                        "config_id": config_id,
-                        "epoch": epoch,
-                        "corpus_id": corpus_id,
-                        "query_id": qr.id,
-                        "gold_unit_id": unit.id,
-                        "pos": pg,
-                        "n_retrieved": n_retrieved.get(aid, 0),
-                        "computed_at": now,
-                    }
-                )
+    rows = [{"config_id": config_id, "epoch": epoch, "corpus_id": corpus_id, **r, "computed_at": now}
+            for r in _position_rows(session, answers, by_sha, present, k_max)]
     for chunk in _chunks(query_ids):
         session.execute(
             sa.delete(p).where(
@@ -199,6 +210,22 @@ def ensure_positions(
     for i in range(0, len(rows), 5000):
         session.execute(sa.insert(p), rows[i : i + 5000])
     return True
+
+
+def derive_positions(
+    session: Session, *, corpus_id: int, config_id: int, epoch: int, queries: Sequence[QueryRec],
+    present: set[str], k_max: int = K_MAX,
+) -> dict[int, tuple[dict[int, int | None], int]]:
+    """The positions :func:`ensure_positions` would store, derived in memory with every hit
+    resolved in the query (a read-only database: nothing is written), in the form of
+    :func:`read_positions`."""
+    by_sha = _by_sha(queries)
+    answers, _ = _current_answers(session, config_id, epoch, list(by_sha))
+    out: dict[int, tuple[dict[int, int | None], int]] = {}
+    for r in _position_rows(session, answers, by_sha, present, k_max, live_corpus_id=corpus_id):
+        units, _ = out.setdefault(r["query_id"], ({}, r["n_retrieved"]))
+        units[r["gold_unit_id"]] = r["pos"]
+    return out
 
 
 def read_positions(

@@ -39,6 +39,7 @@ class RunContext:
     present: set[str]
     pool_size: int | None = None
     affected: frozenset[int] = frozenset()
+    uncovered: frozenset[int] = frozenset()  # --uncovered zero: no gold in the corpus, scored 0
 
 
 @dataclass
@@ -83,7 +84,11 @@ class Ranks:
         for q, units in ctx.scored:
             entry = ctx.stored.get(q.id)
             nr = entry[1] if entry is not None else 0
-            if q.id in ctx.run.affected:
+            if q.id in ctx.run.uncovered:  # nothing can hit a gold the corpus does not hold
+                out.answered.append(True)
+                out.positions.append([None] * len(units))
+                out.credits.append(None)
+            elif q.id in ctx.run.affected:
                 # Recomputed from the answer's hits (scoring.matching); n_retrieved is still stored.
                 got = ctx.recomputed.get(q.id)
                 out.answered.append(got is not None)

@@ -26,6 +26,7 @@ bundle as any other (resource records are not exchanges); ``engines verify``
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import io
 import json
@@ -35,7 +36,8 @@ from typing import Any, Iterable, Iterator
 
 import sqlalchemy as sa
 
-from scoring.corpus_files import cached_corpora, find_corpus_file, shipped_corpora  # noqa: F401 - re-exported
+from scoring.bundle_corpora import find_corpus_file  # noqa: F401 - re-exported (scoring.verify)
+from scoring.publish_paths import _embedded_corpora, _name_files, _public_corpus, _public_params, _public_path
 from store.corpus_source import sha256_file
 from store.errors import InputError
 
@@ -181,9 +183,15 @@ class PublishSummary:
     claim: dict[str, Any] = field(default_factory=dict)
 
 
-def _resource(writer, role: str, name: str, data: bytes, content_type: str, headers: dict[str, str]) -> None:
+def _resource(writer, role: str, name: str, data: bytes, content_type: str, headers: dict[str, str],
+              date: str) -> None:
+    """A resource record whose id is derived from its content and whose date is the data's."""
+    from crawler.bundle import record_id
+
     rec = writer.create_warc_record(f"{URN}{role}:{name}", "resource", payload=io.BytesIO(data), length=len(data),
-                                    warc_content_type=content_type, warc_headers_dict={H_ROLE: role, **headers})
+                                    warc_content_type=content_type, warc_headers_dict={
+                                        "WARC-Record-ID": record_id("resource", role, name, data),
+                                        "WARC-Date": date, H_ROLE: role, **headers})
     writer.write_record(rec)
 
 
@@ -209,6 +217,17 @@ class _Parts:
     run_files: list[tuple[str, str, bytes]] = field(default_factory=list)  # (config hash, source, bytes)
     files: list[tuple[str, str, bytes]] = field(default_factory=list)  # (role, spec, bytes)
     embed: list[tuple[dict[str, Any], Path]] = field(default_factory=list)  # corpora written in full
+    shas: list[str] = field(default_factory=list)  # the scored query texts (sha256): the exchanges published
+    # The data's own time (the newest scored answer's fetch time): the claim's generated_at,
+    # the warcinfo's created: and every non-exchange record's WARC-Date, so that publishing
+    # the same database with the same options writes the same bytes.
+    created: dt.datetime | None = None
+
+    @property
+    def date(self) -> str:
+        from crawler.bundle import _warc_date
+
+        return _warc_date(self.created or dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc))
 
 
 def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus: bool = False,
@@ -228,8 +247,6 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
             sysdoc["source"] = _public_path(sysdoc["source"])
         if isinstance(sysdoc.get("params"), dict) and sysdoc["params"].get("source"):
             sysdoc["params"] = {**sysdoc["params"], "source": _public_path(str(sysdoc["params"]["source"]))}
-    claim = claim_bytes(doc)
-    summary = PublishSummary(path=path, claim=doc)
 
     # Rows without exchanges (local engines, imported runs: engine "run") travel as run records.
     local = [s for s in doc["systems"] if s["local"] or s["engine"] == "run"]
@@ -241,6 +258,10 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     file_specs += [("snapshot", s) for s in (options["snapshots"] or {}).values() if _is_file_spec(s)]
 
     parts = _read_parts(db, doc, local, remote, corpus_specs)
+    if parts.created is not None:
+        doc["generated_at"] = parts.created.isoformat(timespec="seconds")
+    claim = claim_bytes(doc)
+    summary = PublishSummary(path=path, claim=doc)
     parts.files, options = _name_files(file_specs, options)
     if with_corpus:
         parts.embed = _embedded_corpora(parts.corpora)
@@ -261,14 +282,17 @@ def _read_parts(db, doc: dict[str, Any], local: list[dict[str, Any]], remote: li
     from store.corpus import pick_corpus
     from store.models import Benchmark, EngineConfig, Query
 
-    parts = _Parts()
+    from store.benchmarks import query_sha256
+
+    parts = _Parts(shas=sorted({query_sha256(q["text"]) for q in doc["queries"]}))
     with db.session() as s:
+        parts.created = _data_time(s, doc["systems"], parts.shas)
         configs = list(s.execute(sa.select(EngineConfig).where(
             EngineConfig.config_hash.in_(sorted({x["config_hash"] for x in remote}) or ["-"]))
             .order_by(EngineConfig.id)).scalars())
         parts.epoch_sel = {c.id: sorted({x["epoch"] for x in remote if x["config_hash"] == c.config_hash})
                            for c in configs}
-        parts.info = _warcinfo_fields(s, configs, parts.epoch_sel) if configs else b""
+        parts.info = _warcinfo_fields(s, configs, parts.epoch_sel, parts.date) if configs else b""
         for c in configs:
             s.expunge(c)
         parts.configs = configs
@@ -280,12 +304,29 @@ def _read_parts(db, doc: dict[str, Any], local: list[dict[str, Any]], remote: li
                                   "row_count": k.row_count})
         qid_of: dict[str, str] = {}
         bench_id = s.execute(sa.select(Benchmark.id).where(Benchmark.name == doc["benchmark"]["name"])).scalar_one()
+        scored = set(parts.shas)  # a run record holds the scored texts' lists, as the exchanges do
         for qid, sha in s.execute(sa.select(Query.qid, Query.query_sha256).where(Query.benchmark_id == bench_id)
                                   .order_by(Query.id)):
-            qid_of.setdefault(sha, qid)
+            if sha in scored:
+                qid_of.setdefault(sha, qid)
         for sysdoc in local:
             _add_run(s, sysdoc, qid_of, parts)
     return parts
+
+
+def _data_time(s, systems: list[dict[str, Any]], shas: list[str]) -> dt.datetime | None:
+    """When the newest answer the claim scores was fetched (None: no answer)."""
+    from store.models import Answer, EngineConfig
+
+    newest = None
+    for sysdoc in systems:
+        cid = s.execute(sa.select(EngineConfig.id).where(EngineConfig.config_hash == sysdoc["config_hash"])).scalar_one()
+        for i in range(0, len(shas), 900):
+            t = s.execute(sa.select(sa.func.max(Answer.fetched_at)).where(
+                Answer.config_id == cid, Answer.epoch == sysdoc["epoch"], ~Answer.superseded,
+                Answer.query_sha256.in_(shas[i:i + 900]))).scalar()
+            newest = t if t is not None and (newest is None or t > newest) else newest
+    return newest
 
 
 def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -> None:
@@ -296,11 +337,8 @@ def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -
 
     cfg = s.execute(sa.select(EngineConfig).where(EngineConfig.config_hash == sysdoc["config_hash"])).scalar_one()
     ep = s.get(Epoch, (cfg.id, sysdoc["epoch"]))
-    params = dict(cfg.params or {})
-    if params.get("source"):  # an imported run's file (not part of its identity): its name alone
-        params["source"] = _public_path(str(params["source"]))
     ident = {"config_hash": cfg.config_hash, "engine": cfg.engine, "endpoint_version": cfg.endpoint_version,
-             "params": params, "label": cfg.label, "local": bool(cfg.local), "result_cap": cfg.result_cap,
+             "params": _public_params(cfg.params), "label": cfg.label, "local": bool(cfg.local), "result_cap": cfg.result_cap,
              "licence": cfg.licence, "epoch": sysdoc["epoch"],
              "epoch_label": ep.label if ep else None,
              "epoch_started": _warc_date(ep.started_at) if ep and ep.started_at else None}
@@ -331,51 +369,6 @@ def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -
             parts.run_files.append((cfg.config_hash, src, raw))
 
 
-def _public_path(source: str) -> str:
-    """What a bundle says of a file on the publisher's machine: its name, never its absolute
-    path (a URL or an hf:// source is kept whole)."""
-    return source if "://" in source else Path(source).name
-
-
-def _public_corpus(k: dict[str, Any]) -> dict[str, Any]:
-    return {**k, "source": _public_path(k["source"])} if k.get("source") else k
-
-
-def _name_files(file_specs: list[tuple[str, str]],
-                options: dict[str, Any]) -> tuple[list[tuple[str, str, bytes]], dict[str, Any]]:
-    """The name-list files' (role, name, bytes), and the options as the claim records them: each
-    file named by its file name alone (not the publisher's path); two files of one name are refused."""
-    files, names = [], {}
-    for role, spec in file_specs:
-        p = Path(spec).expanduser()
-        if not p.is_file():
-            raise InputError(f"--{role} {spec}: the file does not exist, so it cannot go into the bundle")
-        if names.setdefault(p.name, spec) != spec:
-            raise InputError(f"--{role} {spec}: another name-list file has the name {p.name!r} "
-                             f"({names[p.name]}); the bundle names files by their names alone: rename one")
-        files.append((role, p.name, p.read_bytes()))
-    rename = {spec: Path(spec).expanduser().name for _, spec in file_specs}
-    recorded = dict(options)
-    if options["shared_with"]:
-        recorded["shared_with"] = [rename.get(x, x) for x in options["shared_with"]]
-    if options["snapshots"]:
-        recorded["snapshots"] = {k: rename.get(v, v) for k, v in options["snapshots"].items()}
-    return files, recorded
-
-
-def _embedded_corpora(corpora: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Path]]:
-    """``--with-corpus``: each corpus with its file on this machine (found by sha256)."""
-    embed: list[tuple[dict[str, Any], Path]] = []
-    for k in corpora:
-        found = find_corpus_file(k["sha256"], k["source"])
-        if found is None:
-            raise InputError(f"--with-corpus: the file of corpus {k['name']}@{k['revision']} (sha256 "
-                             f"{k['sha256'][:12]}…, loaded from {k['source']}) is not on this machine; "
-                             "put it back at that path (or in ENGINES_CACHE_DIR/corpora/), or publish without --with-corpus")
-        embed.append((k, found))
-    return embed
-
-
 def _warcinfo(parts: _Parts, claim: bytes, options: dict[str, Any], with_corpus: bool) -> bytes:
     """The export's warcinfo fields (or the bundle's own, with no exchanges) and publish's lines."""
     from engines import code_version
@@ -394,11 +387,10 @@ def _warcinfo(parts: _Parts, claim: bytes, options: dict[str, Any], with_corpus:
         lines.append("file: " + _hdr({"role": role, "spec": spec, "sha256": _sha(data)}))
     info = parts.info
     if not info:
-        from crawler.bundle import BUNDLE_FORMAT, _warc_date
-        from store.types import utcnow
+        from crawler.bundle import BUNDLE_FORMAT
 
         info = (f"software: engines/{code_version()}\r\nformat: {BUNDLE_FORMAT}\r\nconformsTo: WARC/1.1\r\n"
-                f"created: {_warc_date(utcnow())}\r\n").encode()
+                f"created: {parts.date}\r\n").encode()
     return info + ("\r\n".join(lines) + "\r\n").encode("utf-8")
 
 
@@ -408,13 +400,10 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
     Returns the export's summary (exchanges written)."""
     from warcio.warcwriter import WARCWriter
 
-    from crawler.bundle import ExportSummary, _write_exchange, exchange_columns
+    from crawler.bundle import ExportSummary, _write_exchange, record_id
     from crawler.bundle.export import write_end
     from crawler.bundle.records import END_URI, H_END
-    from store.models import Exchange
 
-    ex = Exchange.__table__
-    cols = exchange_columns()
     tmp = path.with_name(path.name + ".part")
     exported = ExportSummary(path=path)
     try:
@@ -422,26 +411,27 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
             writer = WARCWriter(fh, gzip=path.name.endswith(".gz"), warc_version="WARC/1.1")
             writer.write_record(writer.create_warc_record(
                 path.name, "warcinfo", payload=io.BytesIO(info), length=len(info),
-                warc_content_type="application/warc-fields", warc_headers_dict={"WARC-Filename": path.name,
-                                                                                H_END: END_URI}))
+                warc_content_type="application/warc-fields",
+                warc_headers_dict={"WARC-Record-ID": record_id("warcinfo", path.name, info), "WARC-Date": parts.date,
+                                   "WARC-Filename": path.name, H_END: END_URI}))
             _write_resources(writer, parts, claim, doc, options)
             for c in parts.configs:
                 for epoch in parts.epoch_sel[c.id]:
-                    q = sa.select(*cols).where(ex.c.config_id == c.id, ex.c.epoch == epoch).order_by(ex.c.sent_at, ex.c.id)
-                    with db.engine.connect() as conn:
-                        for row in conn.execution_options(stream_results=True, yield_per=1000).execute(q):
-                            _write_exchange(writer, row, c.config_hash, exported)
-                            if progress is not None:
-                                progress(exported.exchanges)
+                    for row in _exchange_rows(db, c.id, epoch, set(parts.shas)):
+                        _write_exchange(writer, row, c.config_hash, exported)
+                        if progress is not None:
+                            progress(exported.exchanges)
             for k, p in parts.embed:
                 size = p.stat().st_size
                 with open(p, "rb") as cf:
                     rec = writer.create_warc_record(
                         f"{URN}corpus:{k['name']}@{k['revision']}", "resource", payload=cf, length=size,
                         warc_content_type="application/gzip" if p.name.endswith(".gz") else "application/jsonl",
-                        warc_headers_dict={H_ROLE: "corpus", H_META: _hdr({**_public_corpus(k), "file": p.name})})
+                        warc_headers_dict={"WARC-Record-ID": record_id("resource", "corpus", k["sha256"]),
+                                           "WARC-Date": parts.date, H_ROLE: "corpus",
+                                           H_META: _hdr({**_public_corpus(k), "file": p.name})})
                     writer.write_record(rec)
-            write_end(writer, 1 + _resource_count(parts) + exported.records + len(parts.embed))
+            write_end(writer, 1 + _resource_count(parts) + exported.records + len(parts.embed), parts.date)
         summary.sha256 = sha256_file(tmp)
         summary.bytes = tmp.stat().st_size
         tmp.replace(path)
@@ -451,6 +441,25 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
     return exported
 
 
+def _exchange_rows(db, config_id: int, epoch: int, shas: set[str]) -> Iterator[Any]:
+    """The configuration's exchanges in this epoch that carried a scored query text (retries and
+    failures included), in send order: what the claim's figures rest on, not every exchange the
+    configuration ever made (a demo cut to 3 targets in a database of the full demo publishes
+    its 3 targets' exchanges). Rows are read in batches: memory stays flat."""
+    from crawler.bundle import exchange_columns
+    from store.benchmarks import query_sha256
+    from store.models import Exchange
+
+    ex = Exchange.__table__
+    with db.engine.connect() as conn:
+        ids = [i for i, texts in conn.execute(
+            sa.select(ex.c.id, ex.c.query_texts).where(ex.c.config_id == config_id, ex.c.epoch == epoch)
+            .order_by(ex.c.sent_at, ex.c.id)) if any(query_sha256(t) in shas for t in texts or ())]
+        for i in range(0, len(ids), 500):
+            yield from conn.execute(sa.select(*exchange_columns()).where(ex.c.id.in_(ids[i:i + 500]))
+                                    .order_by(ex.c.sent_at, ex.c.id))
+
+
 def _resource_count(parts: _Parts) -> int:
     """How many records :func:`_write_resources` writes."""
     return 3 + len(parts.files) + len(parts.run_files) + len(parts.runs)
@@ -458,19 +467,20 @@ def _resource_count(parts: _Parts) -> int:
 
 def _write_resources(writer, parts: _Parts, claim: bytes, doc: dict[str, Any], options: dict[str, Any]) -> None:
     """The claim, benchmark, subsets, name-list file, run-file and run records, in that order."""
-    bench = parts.bench
+    bench, d = parts.bench, parts.date
     _resource(writer, "claim", "score.json", claim, "application/json",
               {H_OPTIONS: _hdr(options),
-               H_META: _hdr({"corpora": [_public_corpus(k) for k in parts.corpora], "code_version": doc["code_version"]})})
+               H_META: _hdr({"corpora": [_public_corpus(k) for k in parts.corpora], "code_version": doc["code_version"]})},
+              d)
     _resource(writer, "benchmark", bench["name"], claim_bytes(bench), "application/json",
-              {H_META: _hdr({"name": bench["name"], "sha256": bench["sha256"]})})
-    _resource(writer, "subsets", "subsets", claim_bytes(parts.subsets), "application/json", {})
+              {H_META: _hdr({"name": bench["name"], "sha256": bench["sha256"]})}, d)
+    _resource(writer, "subsets", "subsets", claim_bytes(parts.subsets), "application/json", {}, d)
     for role, spec, data in parts.files:
-        _resource(writer, "file", spec, data, "text/plain", {H_META: _hdr({"role": role, "spec": spec})})
+        _resource(writer, "file", spec, data, "text/plain", {H_META: _hdr({"role": role, "spec": spec})}, d)
     for h, src, raw in parts.run_files:
         _resource(writer, "run-file", Path(src).name, raw, "application/octet-stream",
                   {H_META: _hdr({"config_hash": h, "source": _public_path(src),
-                                 "sha256": hashlib.sha256(raw).hexdigest()})})
+                                 "sha256": hashlib.sha256(raw).hexdigest()})}, d)
     for ident, data in parts.runs:
         _resource(writer, "run", f"{ident['config_hash']}@{ident['epoch']}", data, "application/jsonl",
-                  {H_RUN: _hdr(ident)})
+                  {H_RUN: _hdr(ident)}, d)

@@ -60,6 +60,16 @@ def resolve_hits(session: Session, corpus_id: int, config_id: int, epoch: int, s
     return changed
 
 
+def resolved_clause(live_corpus_id: int | None = None) -> sa.ColumnElement[bool]:
+    """The condition on a hit whose name is a row of the scoring corpus: as :func:`resolve_hits`
+    stored it (the default), or, with ``live_corpus_id``, decided in the query from that
+    corpus's rows — for a read-only database, where nothing can be stored."""
+    h, d = Hit.__table__, Declaration.__table__
+    if live_corpus_id is None:
+        return h.c.resolution == RESOLVED
+    return sa.exists().where(d.c.corpus_id == live_corpus_id, d.c.full_name == h.c.normalized_name)
+
+
 def names_in_corpus(session: Session, corpus_id: int, names: Iterable[str]) -> set[str]:
     """The subset of ``names`` that are some row's full_name in the corpus."""
     d = Declaration.__table__
@@ -75,24 +85,24 @@ def names_in_corpus(session: Session, corpus_id: int, names: Iterable[str]) -> s
 
 
 def resolution_counts(
-    session: Session, corpus_id: int, config_id: int, epoch: int, shas: Sequence[str], k_max: int
+    session: Session, corpus_id: int, config_id: int, epoch: int, shas: Sequence[str], k_max: int,
+    *, live: bool = False,
 ) -> dict[str, int]:
-    """Hits within k_max of this system's answers, by resolution outcome."""
+    """Hits within k_max of this system's answers, by resolution outcome (``live``: decided
+    from the corpus in the query, :func:`resolved_clause`, instead of as stored)."""
     h, a = Hit.__table__, Answer.__table__
     out = {RESOLVED: 0, NOT_IN_CORPUS: 0}
+    outcome = sa.case((resolved_clause(corpus_id), RESOLVED), else_=NOT_IN_CORPUS) if live else h.c.resolution
     for chunk in _chunks(list(shas)):
+        where = [a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded,
+                 h.c.rank <= k_max]
+        if not live:
+            where.append(h.c.resolved_corpus_id == corpus_id)
         rows = session.execute(
-            sa.select(h.c.resolution, sa.func.count())
+            sa.select(outcome, sa.func.count())
             .select_from(h.join(a, h.c.answer_id == a.c.id))
-            .where(
-                a.c.config_id == config_id,
-                a.c.epoch == epoch,
-                a.c.query_sha256.in_(chunk),
-                ~a.c.superseded,
-                h.c.resolved_corpus_id == corpus_id,
-                h.c.rank <= k_max,
-            )
-            .group_by(h.c.resolution)
+            .where(*where)
+            .group_by(outcome)
         )
         for res, n in rows:
             if res in out:

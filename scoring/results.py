@@ -31,7 +31,7 @@ from scoring.bootstrap import Bootstrap, RESAMPLES, SEED, CI
 from scoring.compare import paired_comparisons, parse_pairs
 from scoring.matching import recompute
 from scoring.metrics import K_MAX
-from scoring.positions import ensure_positions, read_positions
+from scoring.positions import derive_positions, ensure_positions, read_positions
 from scoring.profiles import COMPARE_METRICS, PROFILES, Profile, Ranks, RunContext, SystemContext, get_profile
 from scoring.resolve import NOT_IN_CORPUS, RESOLVED, resolution_counts, resolve_hits
 from scoring.scope import Scope, build_scope, read_name_list
@@ -70,6 +70,7 @@ class SystemScore:
     arrays: dict[str, np.ndarray] = field(repr=False, default_factory=dict)  # per-query, for comparisons
     qids: list[str] = field(repr=False, default_factory=list)  # the queries ``arrays`` are aligned to
     sample: str | None = None  # the sample subset this row was crawled on, if any
+    uncovered: int = 0  # --uncovered zero: queries kept in n with no gold in the corpus, scored 0
 
     def to_json(self) -> dict[str, Any]:
         r = self.ref
@@ -99,6 +100,7 @@ class SystemScore:
             "breakdowns": self.breakdowns,
             "per_query": self.per_query,
             "sample": self.sample,
+            **({"uncovered": self.uncovered} if self.uncovered else {}),
             # Imported runs (engine "run", crawler.runs): where the run came from (--source).
             "source": r.params.get("source") if r.engine == "run" else None,
         }
@@ -130,6 +132,7 @@ class ScoreResult:
         raise KeyError(sid)
 
     def to_json(self) -> dict[str, Any]:
+        head = self.table_metrics[0] if self.table_metrics else None
         return _clean(
             {
                 "schema": SCHEMA,
@@ -145,11 +148,38 @@ class ScoreResult:
                 "scope": self.scope,
                 "table_metrics": list(self.table_metrics),
                 "overlapping_units": self.overlapping_units,
-                "systems": [s.to_json() for s in self.systems],
+                "systems": order_undefined_last([s.to_json() for s in self.systems], head),
                 "queries": self.queries,
                 "comparisons": self.comparisons,
             }
         )
+
+
+def order_undefined_last(systems: list[dict[str, Any]], metric: str | None) -> list[dict[str, Any]]:
+    """The rows with ``metric`` undefined (a depth below its k) after the others, each with
+    ``order_note`` saying why (the table, the JSON and the report show it)."""
+    if metric is None:
+        return systems
+    from scoring.aggregate import canonical
+
+    try:
+        _, k = canonical(metric)
+    except ValueError:  # a profile's own metric (MAMUT): no k
+        k = None
+    defined, undefined = [], []
+    for s in systems:
+        m = (s.get("metrics") or {}).get(metric)
+        if isinstance(m, dict) and m.get("value") is None and s.get("n"):
+            cap = s.get("result_cap")
+            why = (f"its lists go to depth {cap} (k≤{cap}), below k = {k}" if cap is not None and k is not None
+                   else "it has no value")
+            fix = (f" (an imported run: engines run import --depth {k} or more, if it was asked for that many)"
+                   if s.get("engine") == "run" and k is not None else "")
+            s["order_note"] = f"listed after the ranked rows: {metric} is undefined, {why}{fix}"
+            undefined.append(s)
+        else:
+            defined.append(s)
+    return defined + undefined
 
 
 def _clean(obj: Any) -> Any:
@@ -199,6 +229,8 @@ def score(
     seed: int = SEED,
     slice: str | None = None,
     epochs: str | None = None,
+    uncovered: str = "drop",
+    answered_by: str | None = None,
 ) -> ScoreResult:
     """Score every system (or the named ones) on a benchmark against one corpus.
 
@@ -215,6 +247,10 @@ def score(
     queries both rows are scored on and report that n.
     ``epochs``: None = each configuration's newest epoch (plus systems named with an
     ``@e<N>`` id in ``systems`` or ``compare``), ``"all"``, or an epoch number or label.
+    ``uncovered``: "drop" (METHODOLOGY.md: a query whose gold is not in the corpus leaves n)
+    or "zero" (it stays in n, scored 0 by every row; the rows say how many).
+    ``answered_by``: a system; only the queries whose text it answered are scored.
+    No query left to score is an error (one line: what would fix it).
     """
     prof = get_profile(profile)
     if subset and shared_with:
@@ -230,14 +266,20 @@ def score(
     pairs = parse_pairs(compare)
     with db.session() as s:
         corp = pick_corpus(s, corpus)
-        scope = build_scope(s, bench, corp, bench_name=bench_name, styles=styles, subset=subset,
-                            shared_with=shared_with, slice=slice)
+        kw = dict(bench_name=bench_name, styles=styles, subset=subset, shared_with=shared_with, slice=slice,
+                  uncovered=uncovered)
+        scope = build_scope(s, bench, corp, **kw)
+        if answered_by is not None:
+            scope = build_scope(s, bench, corp, answered=answered_texts(s, scope, answered_by, epochs), **kw)
         sel = select(s, scope, systems, pairs, epochs, snapshots)
 
     n = len(scope.scored)
+    if n == 0 and scope.in_scope:
+        raise InputError(_nothing_to_score(bench.name, corp, scope))
     boot = Bootstrap.draw(n, resamples=resamples, seed=seed)
     run = RunContext(k_max=k_max, task=bench.task, gold=scope.gold, present=scope.present,
-                     pool_size=corp.row_count, affected=frozenset(qid for qid, _, _ in scope.affected))
+                     pool_size=corp.row_count, affected=frozenset(qid for qid, _, _ in scope.affected),
+                     uncovered=frozenset(scope.uncovered))
     # Resolve and store positions per system (one transaction each), then read them back.
     system_scores = [_score_system(_system_context(db, corp, scope, sel, ref, run, boot, resamples, seed), prof)
                      for ref in sel.refs]
@@ -245,12 +287,41 @@ def score(
     return _result(bench, corp, scope, prof, system_scores, comparisons, resamples=resamples, seed=seed)
 
 
+def _nothing_to_score(bench: str, corp: Any, scope: Scope) -> str:
+    """The one line for a scope whose queries all lost their gold to the corpus."""
+    return (f"{bench}: none of its {len(scope.in_scope)} queries in scope has a gold name in corpus "
+            f"{corp.name}@{corp.revision} (n = 0, {scope.dropped} dropped); score against the corpus the "
+            "benchmark names (--corpus), load a corpus that holds its gold, or, for a BEIR folder whose "
+            "corpus-ids are not declaration names, load it again with a corpus.jsonl whose titles give the names")
+
+
+def answered_texts(session: Any, scope: Scope, spec: str, epochs: str | None) -> tuple[str, set[str]]:
+    """``--answered-by SYSTEM``: (its id, the in-scope texts it answered in its scored epoch)."""
+    import sqlalchemy as sa
+
+    from store.models import Answer
+
+    found = select(session, scope, [spec], [], epochs, None).refs
+    if len({r.config_id for r in found}) != 1 or len(found) != 1:
+        raise ambiguous("--answered-by", spec, [r.id for r in found])
+    ref = found[0]
+    a = Answer.__table__
+    shas = set(scope.shas)
+    texts = {sha for sha in session.execute(sa.select(a.c.query_sha256).where(
+        a.c.config_id == ref.config_id, a.c.epoch == ref.epoch, ~a.c.superseded)).scalars() if sha in shas}
+    if not texts:
+        raise InputError(f"--answered-by {spec}: {ref.id} answered none of the queries in scope; "
+                         "name a system that has answers here")
+    return ref.id, texts
+
+
 def _system_context(
     db: Database, corp: Any, scope: Scope, sel: Selection, ref: SystemRef, run: RunContext,
     boot: Bootstrap, resamples: int, seed: int,
 ) -> SystemContext:
     """One row's positions resolved and stored (one transaction), then read back with its
-    resolution counts, latencies and the matching's recomputed positions."""
+    resolution counts, latencies and the matching's recomputed positions. On a read-only
+    database they are derived in memory, every hit resolved in the query: nothing is written."""
     # A row crawled on a sample only is scored on its own sample: its own n and intervals.
     mine, mine_boot, mine_dropped = scope.scored, boot, scope.dropped
     sample = sel.sample_of[ref.id]
@@ -259,24 +330,32 @@ def _system_context(
         mine = [(q, u) for q, u in scope.scored if q.sha in members]
         mine_dropped = sum(1 for q, _ in scope.in_scope if q.sha in members) - len(mine)
         mine_boot = Bootstrap.draw(len(mine), resamples=resamples, seed=seed)
-    try:
-        with db.session() as s, s.begin():
-            changed = resolve_hits(s, corp.id, ref.config_id, ref.epoch, scope.shas)
-            ensure_positions(
-                s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
-                queries=[q for q, _ in scope.in_scope], present=scope.present, k_max=run.k_max, force=changed > 0,
-            )
-    except IntegrityError:
-        # A concurrent scorer stored this system's positions first (unique key); they are
-        # derived from the same hits, so read theirs.
-        pass
+    live = corp.id if getattr(db, "read_only", False) else None  # read-only: derived in memory, nothing stored
+    if live is None:
+        try:
+            with db.session() as s, s.begin():
+                changed = resolve_hits(s, corp.id, ref.config_id, ref.epoch, scope.shas)
+                ensure_positions(
+                    s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
+                    queries=[q for q, _ in scope.in_scope], present=scope.present, k_max=run.k_max, force=changed > 0,
+                )
+        except IntegrityError:
+            # A concurrent scorer stored this system's positions first (unique key); they are
+            # derived from the same hits, so read theirs.
+            pass
+    mine_shas = sorted({q.sha for q, _ in mine})
     with db.session() as s:
-        stored = read_positions(s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
-                                query_ids=[q.id for q, _ in mine])
-        res_counts = resolution_counts(s, corp.id, ref.config_id, ref.epoch, sorted({q.sha for q, _ in mine}), run.k_max)
-        latencies = _latencies(s, ref, sorted({q.sha for q, _ in mine}))
-        res_counts = {**res_counts, "dropped_items": _dropped_items(s, ref, sorted({q.sha for q, _ in mine}))}
-        extra = recompute(s, config_id=ref.config_id, epoch=ref.epoch, affected=scope.affected, k_max=run.k_max)
+        if live is None:
+            stored = read_positions(s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
+                                    query_ids=[q.id for q, _ in mine])
+        else:
+            stored = derive_positions(s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
+                                      queries=[q for q, _ in mine], present=scope.present, k_max=run.k_max)
+        res_counts = resolution_counts(s, corp.id, ref.config_id, ref.epoch, mine_shas, run.k_max, live=live is not None)
+        latencies = _latencies(s, ref, mine_shas)
+        res_counts = {**res_counts, "dropped_items": _dropped_items(s, ref, mine_shas)}
+        extra = recompute(s, config_id=ref.config_id, epoch=ref.epoch, affected=scope.affected, k_max=run.k_max,
+                          live_corpus_id=live)
     return SystemContext(run=run, ref=ref, scored=mine, stored=stored, boot=mine_boot, dropped=mine_dropped,
                          res_counts=res_counts, latencies=latencies, snapshot=sel.snap_names.get(ref.id),
                          recomputed=extra or {}, sample=sample)
@@ -289,6 +368,7 @@ def _score_system(ctx: SystemContext, profile: Profile) -> SystemScore:
     ref, scored, k_max = ctx.ref, ctx.scored, ctx.run.k_max
     unanswered = ranks.answered.count(False)
     cap = ref.result_cap
+    uncovered = sum(1 for q, _ in scored if q.id in ctx.run.uncovered)
     badges = []
     if unanswered:
         badges.append("incomplete")
@@ -300,6 +380,8 @@ def _score_system(ctx: SystemContext, profile: Profile) -> SystemScore:
         badges.append("imported")
     if ctx.sample is not None:
         badges.append(f"n={len(scored)} sampled")
+    if uncovered:
+        badges.append(f"uncovered scored 0 ({uncovered})")
     gold, present = ctx.run.gold, ctx.run.present
     coverage = (len(ctx.snapshot) if ctx.snapshot is not None else len(present)) / len(gold) if gold else None
     lat = float(np.percentile(ctx.latencies, 95)) if ctx.latencies else None
@@ -316,7 +398,7 @@ def _score_system(ctx: SystemContext, profile: Profile) -> SystemScore:
         ref=ref, n=len(scored), dropped=ctx.dropped, unanswered=unanswered, badges=badges, latency_p95_ms=lat,
         resolution=resolution, coverage=coverage, metrics=m.metrics, curves=m.curves, pr=m.pr,
         breakdowns=breakdowns, per_query=m.per_query, arrays=m.arrays, qids=[q.qid for q, _ in scored],
-        sample=ctx.sample,
+        sample=ctx.sample, uncovered=uncovered,
     )
 
 

@@ -23,6 +23,7 @@ from store.corpus import pick_corpus
 from store.errors import InputError
 from store.models import Subset, SubsetMember
 
+UNCOVERED = ("drop", "zero")
 Scored = list[tuple[QueryRec, list[tuple[UnitRec, tuple[str, ...]]]]]
 
 
@@ -47,6 +48,8 @@ class Scope:
     affected: list[tuple[int, str, list[tuple[str, ...]]]] = field(default_factory=list)
     overlapping: int = 0
     dropped: int = 0
+    bench: str | None = None  # the benchmark's name (an imported run answers its own only)
+    uncovered: set[int] = field(default_factory=set)  # --uncovered zero: kept, scored 0
 
     @cached_property
     def shas(self) -> list[str]:
@@ -59,6 +62,7 @@ class _Filters:
     allowed: set[str] | None = None  # gold names a unit must have one of
     targets: set[str] | None = None  # target ids
     shas_in: set[str] | None = None  # query texts
+    qids: set[str] | None = None  # query ids (engines bench subset --qids)
 
 
 def build_scope(
@@ -71,9 +75,15 @@ def build_scope(
     subset: str | None,
     shared_with: Sequence[str] | None,
     slice: str | None,
+    uncovered: str = "drop",
+    answered: tuple[str, set[str]] | None = None,
 ) -> Scope:
     """The scope of ``score()`` on ``bench`` against ``corp`` (see the module docstring);
-    ``bench_name`` is the benchmark as the caller named it (error messages)."""
+    ``bench_name`` is the benchmark as the caller named it (error messages).
+    ``uncovered``: "drop" (a query with no gold in the corpus leaves n) or "zero" (it stays,
+    scored 0). ``answered``: (system id, its answered texts) of ``--answered-by``."""
+    if uncovered not in UNCOVERED:
+        raise InputError(f"--uncovered {uncovered!r}: expected drop (the methodology's) or zero")
     all_queries = load_queries(session, bench.id)
     queries = _filter_styles(all_queries, styles, bench.name)
     gold = {nm for q in queries for u in q.units for nm in u.names}
@@ -81,10 +91,13 @@ def build_scope(
     desc: dict[str, Any] = {"styles": sorted({q.style for q in queries}),
                             "default_styles": {q.id for q in queries} == {q.id for q in all_queries if q.primary}}
     scope = Scope(queries=queries, gold=gold, present=present, samples=_samples(session, bench.name),
-                  subset=subset, desc=desc)
+                  subset=subset, desc=desc, bench=bench.name)
     f = _Filters()
     if slice:
         f.shas_in = _slice_members(scope, slice, bench_name)
+    if answered is not None:
+        f.shas_in = answered[1] if f.shas_in is None else f.shas_in & answered[1]
+        scope.desc["answered_by"] = {"system": answered[0], "texts": len(answered[1])}
     if subset:
         _subset_members(session, scope, subset, f)
     if shared_with:
@@ -94,10 +107,12 @@ def build_scope(
             continue
         if f.shas_in is not None and q.sha not in f.shas_in:
             continue
+        if f.qids is not None and q.qid not in f.qids:
+            continue
         units = [u for u in q.units if f.allowed is None or any(nm in f.allowed for nm in u.names)]
         if units:
             scope.in_scope.append((q, units))
-    _resolve(scope, f.allowed if shared_with else None)
+    _resolve(scope, f.allowed if shared_with else None, keep_uncovered=uncovered == "zero")
     return scope
 
 
@@ -125,6 +140,11 @@ def _subset_members(session: sa.orm.Session, scope: Scope, subset: str, f: _Filt
     members = set(session.execute(sa.select(SubsetMember.member).where(SubsetMember.subset_id == sub.id)).scalars())
     if sub.member_kind == "target_id":
         f.targets = members
+    elif sub.member_kind == "qid":  # engines bench subset --qids
+        if (sub.meta or {}).get("bench") not in (None, scope.bench):
+            raise InputError(f"subset {subset!r} lists queries of benchmark {sub.meta['bench']}, not {scope.bench}; "
+                             f"score it with --bench {sub.meta['bench']}")
+        f.qids = members
     elif sub.member_kind == "query_sha256":  # a sampled crawl's texts
         f.shas_in = members if f.shas_in is None else f.shas_in & members
     else:
@@ -146,11 +166,14 @@ def _shared_names(session: sa.orm.Session, scope: Scope, corp: Any, shared_with:
     return allowed
 
 
-def _resolve(scope: Scope, shared: set[str] | None) -> None:
+def _resolve(scope: Scope, shared: set[str] | None, keep_uncovered: bool = False) -> None:
     """Each in-scope query's units resolved against the corpus: scored, or dropped.
 
-    ``shared`` (``--shared-with``): narrow each unit to its shared names."""
+    ``shared`` (``--shared-with``): narrow each unit to its shared names.
+    ``keep_uncovered`` (``--uncovered zero``): a query with no unit in the corpus is scored
+    anyway, with all its units and nothing that can hit them (0 on every metric)."""
     dropped_qids: list[str] = []
+    uncovered_qids: list[str] = []
     unresolved_units = 0
     # Queries whose positions cannot come from the stored table: a shared name makes
     # precision-type figures need the matching, and --shared-with narrows a group to
@@ -169,11 +192,17 @@ def _resolve(scope: Scope, shared: set[str] | None) -> None:
             scope.overlapping += overlap
             if overlap or narrowed:
                 scope.affected.append((q.id, q.sha, [names for _, names in keep]))
+        elif keep_uncovered:
+            scope.scored.append((q, [(u, tuple(u.names)) for u in units]))
+            scope.uncovered.add(q.id)
+            uncovered_qids.append(q.qid)
         else:
             dropped_qids.append(q.qid)
     scope.dropped = len(dropped_qids)
     scope.desc.update({"in_scope": len(scope.in_scope), "dropped_qids": dropped_qids,
                        "unresolved_units": unresolved_units, "overlapping_units": scope.overlapping})
+    if keep_uncovered:  # the methodology's default (drop) adds nothing to the document
+        scope.desc.update({"uncovered": "zero", "uncovered_qids": uncovered_qids})
 
 
 # ------------------------------------------------------------------ names and samples

@@ -15,20 +15,15 @@ from typing import Any, Sequence
 
 import sqlalchemy as sa
 
+from engines.registry import ENGINES
 from scoring.resolve import _chunks
 from scoring.scope import Scope, _names_of
 from store.errors import InputError
 from store.models import Answer, EngineConfig
 
-# How people write an engine's name (the README, papers): matched like engine names.
-DISPLAY_NAMES = {
-    "leansearch": "LeanSearch",
-    "leanexplore": "LeanExplore",
-    "leanfinder": "Lean Finder",
-    "loogle": "Loogle",
-    "leanstatesearch": "LeanStateSearch",
-    "bm25": "BM25",
-}
+# How people write an engine's name (the README, papers): matched like engine names. Each
+# remote engine declares its own (engines.registry); local rows are named here.
+DISPLAY_NAMES = {**{name: cls.display_name for name, cls in ENGINES.items()}, "bm25": "BM25"}
 
 
 def _squash(text: str) -> str:
@@ -113,7 +108,7 @@ def select(
 ) -> Selection:
     """The systems to score in ``scope``: those with answers, narrowed by ``systems``, then
     by ``epochs``; the errors a bad name gets, in the order ``score`` has always raised them."""
-    found = _find_systems(session, scope.shas)
+    found = _find_systems(session, scope.shas, bench=scope.bench)
     refs = _select_systems(found, systems)
     # A name that picks one epoch (an ``@eN`` id) keeps that epoch whatever --epoch says.
     named = {h[0].id for w in [*(systems or ()), *(x for pair in pairs for x in pair)]
@@ -125,7 +120,19 @@ def select(
     return Selection(refs=refs, snap_names=snap_names, sample_of=sample_of, pairs=pairs)
 
 
-def _find_systems(session: sa.orm.Session, shas: Sequence[str]) -> list[SystemRef]:
+def depth(engine: str, params: dict[str, Any], result_cap: int | None, local: bool = False) -> int | None:
+    """How deep a configuration's lists go (METHODOLOGY.md "Aggregation", result caps): what it asked for
+    (a crawled configuration's ``num_results``), capped by what the service returns at most
+    (``result_cap``); an imported or local row's stored cap. None: complete to k_max."""
+    asked = params.get("num_results") if engine != "run" and not local else None
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
+        return asked if result_cap is None else min(asked, result_cap)
+    return result_cap
+
+
+def _find_systems(session: sa.orm.Session, shas: Sequence[str], bench: str | None = None) -> list[SystemRef]:
+    """The (configuration, epoch) pairs with current answers to these texts; an imported
+    run only on the benchmark it was imported for (texts two benchmarks share are not enough)."""
     a, c = Answer.__table__, EngineConfig.__table__
     pairs: set[tuple[int, int]] = set()
     for chunk in _chunks(list(shas)):
@@ -139,6 +146,12 @@ def _find_systems(session: sa.orm.Session, shas: Sequence[str]) -> list[SystemRe
         row.id: row
         for row in session.execute(sa.select(c).where(c.c.id.in_(sorted({p[0] for p in pairs}))))
     }
+    if bench is not None:  # a run file answers the benchmark it was imported for, only
+        other = {cid for cid, row in configs.items()
+                 if row.engine == "run" and (row.params or {}).get("benchmark") not in (None, bench)}
+        pairs = {p for p in pairs if p[0] not in other}
+        if not pairs:
+            return []
     epochs: dict[int, int] = {}
     for cid, _ in pairs:
         epochs[cid] = epochs.get(cid, 0) + 1
@@ -155,7 +168,8 @@ def _find_systems(session: sa.orm.Session, shas: Sequence[str]) -> list[SystemRe
             SystemRef(
                 config_id=cid, epoch=epoch, id=sid, label=cfg.label, engine=cfg.engine,
                 endpoint_version=cfg.endpoint_version, config_hash=cfg.config_hash, params=cfg.params or {},
-                local=bool(cfg.local), licence=cfg.licence, result_cap=cfg.result_cap,
+                local=bool(cfg.local), licence=cfg.licence,
+                result_cap=depth(cfg.engine, cfg.params or {}, cfg.result_cap, bool(cfg.local)),
             )
         )
     return out

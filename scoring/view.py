@@ -7,8 +7,9 @@ take these four things from here, so a row sits at the same place, under the sam
 and in the same colour everywhere. The rules are the score table's:
 
 - order: by the document's headline metric (its first table metric, nDCG@10 for the
-  main profile), descending; a row whose value is 0 or undefined goes last, and rows
-  that tie keep the document's order;
+  main profile), descending; a row whose value is 0 comes next, a row where it is
+  undefined (a depth below its k; the row's ``order_note`` says why) last, and rows that
+  tie keep the document's order;
 - label: the row's id exactly as the scorer wrote it (``leanfinder (stand-in)`` keeps
   its ``(stand-in)``);
 - colour: the row's place in that order picks from :data:`PALETTE`;
@@ -42,9 +43,13 @@ def value(system: dict[str, Any], name: str) -> float | None:
 
 
 def ranked(systems: Sequence[dict[str, Any]], metric: str = HEADLINE) -> list[dict[str, Any]]:
-    """The rows in leaderboard order: ``metric`` descending; 0 and undefined last, in
-    the given order (a stable sort on ``-(value or -1)``)."""
-    return sorted(systems, key=lambda s: -(value(s, metric) or -1.0))
+    """The rows in leaderboard order: ``metric`` descending, then 0, then undefined, each
+    in the given order (a stable sort)."""
+    def key(s: dict[str, Any]) -> float:
+        v = value(s, metric)
+        return 2.0 if v is None else (1.0 if v == 0 else -v)
+
+    return sorted(systems, key=key)
 
 
 def label(system: dict[str, Any]) -> str:

@@ -117,6 +117,8 @@ def read_jsonl(path: Path, what: str):
         raise InputError(f"{what} {path} does not exist or is not a file")
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark (Windows editors)
             if len(raw) > MAX_LINE_BYTES:
                 raise InputError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes; refusing it")
             if not raw.strip():
@@ -222,7 +224,7 @@ def beir_queries(root: Path, split: str) -> tuple[list[dict[str, Any]], list[Pat
         texts[qid.strip()] = (text.strip(), meta, lineno)
     gold: dict[str, list[str]] = {}
     order: list[str] = []
-    with open(qrels_path, encoding="utf-8", errors="strict") as fh:
+    with open(qrels_path, encoding="utf-8-sig", errors="strict") as fh:
         try:
             lines = fh.read().splitlines()
         except UnicodeDecodeError as exc:

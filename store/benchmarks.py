@@ -294,10 +294,24 @@ def load_external(
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         meta = {"format": "jsonl"}
     inferred = "theorem-search" if all(len(q["units"]) == 1 for q in queries) else "premise-retrieval"
-    res = _store_benchmark(db, name, task or inferred, path, digest, False, queries, meta)
     gold = {n for q in queries for _, names in q["units"] for n in names}
-    res.corpus_gold = corpus_gold_counts(db, gold)
+    counts = corpus_gold_counts(db, gold)
+    if counts and not any(held for _, held, _ in counts):
+        raise InputError(_resolves_nothing(path, meta, counts, len(gold)))
+    res = _store_benchmark(db, name, task or inferred, path, digest, False, queries, meta)
+    res.corpus_gold = counts
     return res
+
+
+def _resolves_nothing(path: Path, meta: dict[str, Any], counts: list[tuple[str, int, int]], n_gold: int) -> str:
+    """The one line for a benchmark no loaded corpus holds a gold name of (nothing is loaded)."""
+    corpora = ", ".join(c for c, _, _ in counts)
+    if meta.get("format") == "beir" and not meta.get("ids_mapped_through_titles"):
+        fix = ("its qrels' corpus-ids are not declaration names: put a corpus.jsonl beside queries.jsonl whose "
+               "titles give each judged id's declaration name, or load the corpus it was judged against first")
+    else:
+        fix = "its gold names are not declaration names of these corpora: load the corpus it was made for first"
+    return f"{path}: none of its {n_gold} gold names is in any loaded corpus ({corpora}); {fix}; nothing was loaded"
 
 
 def corpus_gold_counts(db: Database, names: set[str]) -> list[tuple[str, int, int]]:
@@ -316,3 +330,39 @@ def corpus_gold_counts(db: Database, names: set[str]) -> list[tuple[str, int, in
                 ).scalars())
             out.append((f"{c.name}@{c.revision}", len(held), len(wanted)))
     return out
+
+
+def subset_from_qids(db: Database, name: str, bench: str, src: str | Path) -> BenchLoadResult:
+    """``engines bench subset NAME --bench B --qids FILE``: the named subset of B's queries
+    listed in FILE (one qid a line, ``#`` comments; ``-`` = standard input), one transaction.
+    An unknown qid is refused at its line; the same list again is a no-op."""
+    import sys
+
+    if str(src) == "-":
+        raw, where = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        path = Path(src).expanduser()
+        if not path.is_file():
+            raise InputError(f"--qids {path} does not exist or is not a file")
+        raw, where = path.read_bytes(), str(path)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(f"{where}: not UTF-8 text; expected one qid a line") from None
+    b = find_benchmark(db, bench)
+    with db.session() as s:
+        known = set(s.execute(sa.select(Query.qid).where(Query.benchmark_id == b.id)).scalars())
+    qids: list[str] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        qid = line.strip()
+        if not qid or qid.startswith("#"):
+            continue
+        if qid not in known:
+            raise InputError(f"{where}:{lineno}: qid {qid[:60]!r} is not in benchmark {b.name}; "
+                             "fix the line or pass the right --bench")
+        qids.append(qid)
+    if not qids:
+        raise InputError(f"{where}: no qids in the file (one qid a line)")
+    digest = hashlib.sha256(raw).hexdigest()
+    res = _store_subsets(db, {name: qids}, "qid", Path(where), digest, False, {"bench": b.name})
+    return res

@@ -4,6 +4,10 @@
 or ``sqlite:///cache.db`` in the working directory), checks that the server is
 reachable, refuses a database written by a newer version of this code, and applies
 pending migrations. SQLite connections run in WAL mode with foreign keys on.
+
+A SQLite file that cannot be written (the file or its directory read-only, or a read-only
+mount) is opened read-only instead (:func:`sqlite_read_only`): nothing is written beside it
+(no -wal / -shm / journal file, no migration), and one that needs a migration says so.
 """
 
 from __future__ import annotations
@@ -55,6 +59,41 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001
     # 64 MiB of page cache instead of 2 MiB: writing and resolving millions of hits touches
     # index pages all over the file, and the default cache made that superlinear
     # (perf/score_scale.py, perf/write_hits.py). A cap, not an allocation.
+    cur.execute("PRAGMA cache_size=-65536")
+    cur.close()
+
+
+def sqlite_read_only(path: Path) -> bool:
+    """Whether the SQLite file at ``path`` is to be opened read-only: it exists and it, or the
+    directory that would hold its -wal / -shm files, is not writable (for this user, or for
+    anyone: a file without write bits counts even for root, whom permissions do not bind),
+    or it lies on a read-only mount."""
+    import stat
+
+    if not path.is_file():
+        return False
+    parent = path.resolve().parent
+    for p in (path, parent):
+        if not os.access(p, os.W_OK) or not p.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            return True
+    try:
+        return bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def sqlite_read_only_uri(path: Path) -> str:
+    """The URI that opens ``path`` read-only without writing anything beside it: ``immutable``
+    (no locks, no -shm, no journal) unless a -wal file with content is there (a writer still
+    at work, or a copy made while one was): then plain ``mode=ro``, which reads it."""
+    wal = Path(str(path) + "-wal")
+    uri = path.resolve().as_uri() + "?mode=ro"
+    return uri if wal.exists() and wal.stat().st_size > 0 else uri + "&immutable=1"
+
+
+def _sqlite_read_only_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001
+    cur = dbapi_connection.cursor()
+    cur.execute("PRAGMA query_only=ON")
     cur.execute("PRAGMA cache_size=-65536")
     cur.close()
 
@@ -137,8 +176,9 @@ def machine_error(exc: BaseException) -> DatabaseError | None:
     return None
 
 
-def create_db_engine(url: str | None = None) -> Engine:
-    """An engine for ``url`` with the project's connection settings; no migrations."""
+def create_db_engine(url: str | None = None, *, read_only: bool = False) -> Engine:
+    """An engine for ``url`` with the project's connection settings; no migrations.
+    ``read_only`` (SQLite files only): opened through :func:`sqlite_read_only_uri`."""
     url = database_url(url)
     try:
         parsed = make_url(url)
@@ -158,8 +198,16 @@ def create_db_engine(url: str | None = None) -> Engine:
             if parsed.database and parsed.database != ":memory:":
                 check_sqlite_file(Path(parsed.database).expanduser())
                 _SQLITE_FILES.append(Path(parsed.database).expanduser())
-            engine = sa.create_engine(url, connect_args={"timeout": 30})
-            event.listen(engine, "connect", _sqlite_pragmas)
+            if read_only and parsed.database and parsed.database != ":memory:":
+                import sqlite3
+
+                uri = sqlite_read_only_uri(Path(parsed.database).expanduser())
+                engine = sa.create_engine(url, creator=lambda: sqlite3.connect(uri, uri=True, timeout=30,
+                                                                               check_same_thread=False))
+                event.listen(engine, "connect", _sqlite_read_only_pragmas)
+            else:
+                engine = sa.create_engine(url, connect_args={"timeout": 30})
+                event.listen(engine, "connect", _sqlite_pragmas)
         else:
             engine = sa.create_engine(url, connect_args={"connect_timeout": 10})
             _ping_when_idle(engine)
@@ -275,6 +323,10 @@ def upgrade(engine: Engine, *, backup: bool = True, target: str = "head") -> Upg
     _check_reachable(engine)
     script = ScriptDirectory(str(MIGRATIONS_DIR))
     head = script.get_current_head() if target == "head" else target
+    if _at(engine, head):
+        # Nothing to do: no lock taken, so no other session (an engines sql query that took
+        # the migration lock's key, a crawl) can hold this command up.
+        return UpgradeResult(head, head)
     with _migration_lock(engine):
         before = current_revision(engine)
         if before is not None:
@@ -320,6 +372,15 @@ def _migrate(engine: Engine, result: UpgradeResult, target: str) -> None:
             migrator.dispose()
 
 
+def _at(engine: Engine, head: str) -> bool:
+    """The database is at ``head`` with nothing left to heal (read without the lock: a
+    revision only moves forward, so a database at head stays there)."""
+    if current_revision(engine) != head:
+        return False
+    with engine.connect() as conn:
+        return not leftovers(conn)
+
+
 @contextmanager
 def _migration_lock(engine: Engine) -> Iterator[None]:
     if engine.dialect.name != "postgresql":
@@ -342,6 +403,7 @@ class Database:
     engine: Engine
     sessionmaker: sessionmaker[Session]
     upgraded: UpgradeResult | None = None  # what opening it migrated, if anything
+    read_only: bool = False  # a SQLite file opened read-only: scoring keeps what it derives in memory
 
     @property
     def url(self) -> str:
@@ -376,11 +438,20 @@ class Database:
 
 def open_database(url: str | None = None, *, migrate: bool = True) -> Database:
     """Open (and by default migrate) the cache database; ``Database.upgraded`` says what the
-    migration did (the copy kept, the leftovers healed), None when nothing was to do."""
-    engine = create_db_engine(url)
+    migration did (the copy kept, the leftovers healed), None when nothing was to do.
+
+    A SQLite file that cannot be written is opened read-only (``Database.read_only``), never
+    migrated: one whose schema is behind this code's is refused with one line naming
+    ``engines db upgrade``."""
+    url = database_url(url)
+    ro_path = _read_only_file(url)
+    engine = create_db_engine(url, read_only=ro_path is not None)
     upgraded = None
     try:
-        if migrate:
+        if ro_path is not None:
+            _check_reachable(engine)
+            _check_read_only_revision(engine, ro_path)
+        elif migrate:
             res = upgrade(engine)
             upgraded = res if res.changed else None
         else:
@@ -388,4 +459,39 @@ def open_database(url: str | None = None, *, migrate: bool = True) -> Database:
     except BaseException:
         engine.dispose()  # no connection (nor SQLite -wal/-shm files) left open behind an error
         raise
-    return Database(engine=engine, sessionmaker=sessionmaker(engine, expire_on_commit=False), upgraded=upgraded)
+    return Database(engine=engine, sessionmaker=sessionmaker(engine, expire_on_commit=False), upgraded=upgraded,
+                    read_only=ro_path is not None)
+
+
+def _read_only_file(url: str) -> Path | None:
+    """The path of a SQLite URL whose file is to be opened read-only (else None)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None  # create_db_engine says what is wrong with it
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    path = Path(parsed.database).expanduser()
+    return path if sqlite_read_only(path) else None
+
+
+def _check_read_only_revision(engine: Engine, path: Path) -> None:
+    """A read-only file must be at this code's schema: a migration would write."""
+    from alembic.script import ScriptDirectory
+    from alembic.util.exc import CommandError
+
+    script = ScriptDirectory(str(MIGRATIONS_DIR))
+    head, before = script.get_current_head(), current_revision(engine)
+    if before == head:
+        return
+    try:
+        if before is not None:
+            script.get_revision(before)
+    except CommandError:
+        raise DatabaseError(
+            f"database {path} is at schema revision {before!r}, newer than this version of engines knows "
+            f"(head {head!r}); upgrade engines or point ENGINES_DATABASE_URL at another database") from None
+    raise DatabaseError(
+        f"{path} is read-only and at schema revision {before or '(none)'}, older than this version's {head}: it "
+        f"needs `engines db upgrade`, which writes; run that on a writable copy (cp {path} copy.db; engines --db "
+        "sqlite:///copy.db db upgrade) or make the file and its directory writable")

@@ -32,15 +32,24 @@ FUNCTION_SIG = f"{FUNCTION}(text, integer, boolean)"
 
 # What the wrapper refuses (a case-insensitive regular expression on the query text): calls
 # that take advisory locks, notify or sleep (granted to PUBLIC, so the reader's rights do
-# not stop them), and unicode-escaped identifiers (U&"...") that could spell one. A call
-# hidden in a query run from a string (query_to_xml) still ends with the statement timeout
-# and its session, which engines sql closes after every query.
-DISTURBING = r"(pg_(try_)?advisory[a-z_]*|pg_notify|pg_sleep[a-z_]*|u&\")"
+# not stop them), unicode-escaped identifiers (U&"...") that could spell one, and the
+# functions that run a query given as a string (query_to_xml and its kin, cursor_to_xml,
+# ts_stat, ts_rewrite), in which such a call could hide (migration 0010). Whatever a query
+# still takes ends with its session, which engines sql closes after every query (and
+# ends from outside at --timeout); no engines command waits for a lock a reader can take.
+DISTURBING = (r"(pg_(try_)?advisory[a-z_]*|pg_notify|pg_sleep[a-z_]*|u&\"|query_to_xml[a-z_]*|"
+              r"cursor_to_xml[a-z_]*|\mts_stat\M|\mts_rewrite\M)")
 # A lock the query waits for (a migration's ACCESS EXCLUSIVE) fails after this long.
 LOCK_TIMEOUT = "2s"
-# One cell of a row the wrapper returns: longer text or JSON values are cut to this many
-# characters (the client never receives a gigabyte from repeat('x', 1e9)).
+# One cell of a row the wrapper returns: longer text or JSON values are cut to the number of
+# characters the caller sets in CELL_SETTING for its transaction (engines sql: --max-width,
+# at most MAX_CELL_CHARS; CELL_CHARS when unset), so the client never receives a gigabyte
+# from repeat('x', 1e9); a row whose cells are many and long has each cut so the row stays
+# near ROW_CHARS.
+CELL_SETTING = "engines.cell_chars"
 CELL_CHARS = 65536
+MAX_CELL_CHARS = 16 * 2**20
+ROW_CHARS = 32 * 2**20
 
 FIX_HINT = (
     f"run `engines db reader` (or `engines db upgrade`) as a user that may create roles, "
@@ -91,6 +100,9 @@ SECURITY DEFINER
 SET search_path = {s}, pg_catalog, pg_temp
 SET lock_timeout = '{LOCK_TIMEOUT}'
 AS $fn$
+DECLARE
+  lim integer := least(greatest(coalesce(nullif(current_setting('{CELL_SETTING}', true), '')::integer,
+                                         {CELL_CHARS}), 1), {MAX_CELL_CHARS});
 BEGIN
   IF q ~* '{DISTURBING}' THEN
     RAISE EXCEPTION 'engines sql: % is not allowed: lock, notify and sleep calls (and queries run from a string) could disturb other sessions',
@@ -101,15 +113,17 @@ BEGIN
       'SELECT row_to_json(z)::text FROM (SELECT t.* FROM (SELECT 1) AS d '
       'LEFT JOIN (SELECT * FROM (%s' || chr(10) || ') AS s LIMIT 0) AS t ON true) AS z', q);
   ELSE
-    -- Rows longer than CELL_CHARS have each long cell cut (text values keep their start).
+    -- A row longer than lim has each long cell cut (text values keep their start), to lim
+    -- characters, or fewer when the row has many cells (ROW_CHARS shared between them).
     RETURN QUERY EXECUTE format(
       'SELECT CASE WHEN length(j) <= %s THEN j ELSE (SELECT json_object_agg(e.key, CASE '
-      'WHEN length(e.value::text) <= %s THEN e.value '
-      'WHEN json_typeof(e.value) = ''string'' THEN to_json(left(e.value #>> ''{{}}'', %s) || ''…'') '
+      'WHEN length(e.value::text) <= c.lim THEN e.value '
+      'WHEN json_typeof(e.value) = ''string'' THEN to_json(left(e.value #>> ''{{}}'', c.lim) || ''…'') '
       'ELSE to_json(''[cut: '' || length(e.value::text) || '' characters]'') END)::text '
-      'FROM json_each(j::json) AS e) END '
+      'FROM json_each(j::json) AS e, (SELECT least(%s, greatest(64, (%s / count(*))::integer)) AS lim '
+      'FROM json_each(j::json)) AS c) END '
       'FROM (SELECT row_to_json(t)::text AS j FROM (%s' || chr(10) || ') AS t LIMIT %s) AS r',
-      {CELL_CHARS}, {CELL_CHARS}, {CELL_CHARS}, q, max_rows + 1);
+      lim, lim, {ROW_CHARS}, q, max_rows + 1);
   END IF;
 END
 $fn$""".replace("%", "%%"))  # the driver's paramstyle: %% is a literal %
@@ -196,7 +210,12 @@ def _authorizer(denied: list[str]):
 def sqlite_connect_read_only(path: str | Path, denied: list[str], timeout: float = 30) -> sqlite3.Connection:
     """A read-only connection to an existing SQLite file; ``denied`` collects refusals;
     ``timeout``: how long to wait for another process's lock."""
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    from store.db import sqlite_read_only, sqlite_read_only_uri
+
+    path = Path(path)
+    # A file that cannot be written (or a read-only mount) is opened immutable: mode=ro alone
+    # would still need a -shm file beside a WAL database, and could not create one there.
+    uri = sqlite_read_only_uri(path) if sqlite_read_only(path) else path.resolve().as_uri() + "?mode=ro"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=timeout)
     conn.set_authorizer(_authorizer(denied))
     return conn

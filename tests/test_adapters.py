@@ -435,7 +435,7 @@ def test_leanfinder_without_version_is_read_as_the_default_version():
 def test_leanstatesearch_goal_prefix_is_stripped_back_to_the_statement():
     """`⊢ <statement>` is sent for the statement and for the text `⊢ <statement>` alike: read back,
     it is the statement (the text the crawler sends it for); a proof state is its own text."""
-    from engines.leanstatesearch import goal_query, goal_text
+    from engines.queries import goal_query, goal_text
 
     a = get_adapter("leanstatesearch")
     for text, sent, back in [("a = b", "⊢ a = b", "a = b"), ("⊢ a = b", "⊢ a = b", "a = b"),

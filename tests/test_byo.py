@@ -172,7 +172,8 @@ def test_trec_run_import_scored_beside_bm25_then_dropped(cli, tmp_path):
     _ok(cli("run", "bm25", "--bench", "byo-divisors", "--fields", "name,signature,docstring"))
     res = _ok(cli("run", "import", DATA / "my-run.trec", "--bench", "byo-divisors", "--name", "my-run",
                   "--source", "hand-written example"))
-    assert "7 answered query texts, 70 hits, 1 query texts unanswered" in res.stderr
+    assert "7 of 8 queries answered (7 of 8 distinct query texts), 70 hits; 1 query unanswered" in res.stderr
+    assert "depth: 10 (the longest list)" in res.stderr
     assert "note: 1 of 7 queries have scores that disagree with their ranks" in res.stderr
     again = _ok(cli("run", "import", DATA / "my-run.trec", "--bench", "byo-divisors", "--name", "my-run"))
     assert "nothing to do" in again.stderr

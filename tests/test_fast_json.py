@@ -1,4 +1,4 @@
-"""The archive's JSON decoder (engines.base.decode_json_body) uses orjson when it gives
+"""The archive's JSON decoder (engines.jsonbody.decode_json_body) uses orjson when it gives
 exactly what json.loads gives, and json.loads otherwise: re-parsing archived bodies must
 never change an answer because a faster decoder was used."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engines import base
+from engines import jsonbody
 from engines.base import EngineParseError, decode_json_body
 from store.text import clean_json
 
@@ -33,7 +33,7 @@ def _same(a, b) -> bool:
 
 def test_orjson_is_used() -> None:
     # The fast path exists (a dependency), so the tests below compare two decoders.
-    assert base._orjson is not None
+    assert jsonbody._orjson is not None
 
 
 @pytest.mark.parametrize("path", sorted(DATA.glob("*/*.json")), ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -76,7 +76,7 @@ def test_edge_cases_decode_as_json_loads(body: bytes) -> None:
 def test_errors_are_those_of_json_loads(body: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(EngineParseError) as fast:
         decode_json_body("t", 200, H, body)
-    monkeypatch.setattr(base, "_orjson", None)  # json.loads alone, as before orjson
+    monkeypatch.setattr(jsonbody, "_orjson", None)  # json.loads alone, as before orjson
     with pytest.raises(EngineParseError) as slow:
         decode_json_body("t", 200, H, body)
     assert str(fast.value) == str(slow.value)

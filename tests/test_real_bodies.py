@@ -27,9 +27,10 @@ import sqlalchemy as sa
 
 from crawler.fetch import RetryPolicy
 from crawler.run import CrawlOptions, run_crawl
-from engines import base, leanexplore, leanfinder, leansearch, leanstatesearch, loogle
+from engines import jsonbody, leanexplore, leanfinder, leansearch, leanstatesearch, loogle, protocol
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, HitList, Rate, config_hash
 from engines.emulate import StandIn
+from engines.remote import RemoteAdapter
 from engines.registry import ENGINES, get_adapter
 from store.benchmarks import load_benchmark_file
 from store.db import open_database
@@ -514,24 +515,28 @@ def test_score_json_counts_dropped_items_per_system(backend, cache, request):
 # new version and the printed digest here. If only names or layout changed and every body
 # still parses the same, put the new digest here with the same version. Comments and
 # formatting do not count (the digest is over the code's tokens). A change to the shared
-# base (``decode_json_body``, ``finish_hits``, ``HitList``) changes every engine's digest.
+# base (``decode_json_body``, ``finish_hits``, ``HitList``, ``RemoteAdapter``'s parse template)
+# changes every engine's digest. (Moved to the RemoteAdapter template without a version bump:
+# every archived, recorded and hostile body parsed the same before and after.)
 PARSER_FINGERPRINTS = {
-    "leansearch": (3, "171841d930858f2e5bfa4848840395c00771741e481a459191770f239f279160"),
-    "leanexplore": (3, "a658f8c20435fcdb21d63e44dce23b54995c48ac6ae82c2a4a629cb7f8b67ac1"),
-    "leanfinder": (3, "1f022527028a5ab0710136862584633058ef4ea67601717d638c1f08f184615d"),
-    "loogle": (3, "044169e5c6bdc421716f8ccb15c61233e9e2e55bfd88d82bbac50d0b1ad41dd0"),
-    "leanstatesearch": (2, "c73e40b2b3d705a499a231757dfd693ddefc09074b28e1a07872f09904f56d7d"),
+    "leansearch": (3, "d96774756c2c02a20480c4f4f9a2e64ac2a5bc883e6c3bbdb216b9f88ff4a8d8"),
+    "leanexplore": (3, "0853df76909f544120846a467c148c5db52965661667013f7e6ce97751888a53"),
+    "leanfinder": (3, "3e9155ca02ecdaaedc1e5844bef8fe73d2ff762f41595608afb352f4083b2cd1"),
+    "loogle": (3, "b30efd4a816c5847616447b7a26093eca9b54da685a576c9c781cc8e7c0182e0"),
+    "leanstatesearch": (2, "e995e8163d87d42a6d5bd7c5da7a1fa73feed09f426321f57eb0c091428d948f"),
 }
 
-_SHARED = [base.decode_json_body, base.decode_json_object, base.finish_hits, base.HitList, base._snippet]
+_SHARED = [jsonbody.decode_json_body, jsonbody.decode_json_object, jsonbody.snippet, protocol.finish_hits,
+           protocol.HitList, RemoteAdapter.hit_list]
+# The template's steps as each adapter resolves them (its own override, else RemoteAdapter's).
+_HOOKS = ("parse", "decode", "body_error", "items", "item_name", "item_raw")
 PARSE_CODE = {
-    "leansearch": [leansearch.LeanSearchAdapter.parse, leansearch.join_name, leansearch.is_legacy,
-                   leansearch._legacy_item_name, leansearch._item_name, leansearch._usual_name],
-    "leanexplore": [leanexplore.LeanExploreAdapter.parse, leanexplore.result_name,
-                    repr(sorted(leanexplore._ENVELOPE_KEYS))],
-    "leanfinder": [leanfinder.LeanFinderAdapter.parse, leanfinder.detect_schema, leanfinder._DOCS_PATTERN.pattern],
-    "loogle": [loogle.LoogleAdapter.parse, loogle.is_backend_crash, loogle._CRASH.pattern],
-    "leanstatesearch": [leanstatesearch.LeanStateSearchAdapter.parse, leanstatesearch.error_message],
+    "leansearch": [leansearch.join_name, leansearch.is_legacy, leansearch.legacy_item_name, leansearch._item_name,
+                   leansearch._usual_name],
+    "leanexplore": [leanexplore.result_name, repr(sorted(leanexplore.ENVELOPE_KEYS))],
+    "leanfinder": [leanfinder.detect_schema, leanfinder.DOCS_PATTERN.pattern],
+    "loogle": [loogle.is_backend_crash, loogle._CRASH.pattern],
+    "leanstatesearch": [leanstatesearch.error_message],
 }
 
 
@@ -544,8 +549,10 @@ def _code_tokens(obj: Any) -> str:
 
 def parse_fingerprint(engine: str) -> str:
     h = hashlib.sha256()
-    for obj in [*_SHARED, *PARSE_CODE[engine]]:
-        h.update((obj if isinstance(obj, str) else _code_tokens(obj)).encode("utf-8") + b"\0")
+    cls = ENGINES[engine]
+    for obj in [*_SHARED, *(getattr(cls, hook) for hook in _HOOKS), cls.json_object, cls.item_label,
+                cls.name_field, *PARSE_CODE[engine]]:
+        h.update((repr(obj) if isinstance(obj, (str, bool)) else _code_tokens(obj)).encode("utf-8") + b"\0")
     return h.hexdigest()
 
 

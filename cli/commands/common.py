@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import typer
 from rich.console import Console
@@ -106,6 +106,40 @@ def _say_upgraded(db: Database) -> None:
     if lost:
         info(f"note: {lost} answers hold no hits (an earlier upgrade lost them); "
              "`engines db upgrade` re-derives them from the archived bodies")
+
+
+def print_table(table: Any) -> None:
+    """A rich table on stdout: fitted to a terminal; piped, never cut (as wide as its cells)."""
+    if out_console.is_terminal:
+        out_console.print(table)
+    else:
+        Console(file=sys.stdout, width=2**31 - 1, highlight=False, color_system=None).print(table)
+
+
+def name_cell(name: Any) -> Any:
+    """A name (run, style, system id, URI) as a rich table cell: control characters shown
+    escaped (:func:`store.text.escaped`), markup taken literally."""
+    from rich.text import Text
+
+    from store.text import escaped
+
+    return Text(escaped(name))
+
+
+def print_tsv(columns: list[str], rows: Iterable[Iterable[Any]]) -> None:
+    """A header line and one line per row; fields escaped (:func:`store.text.tsv_field`)."""
+    from store.text import tsv_field
+
+    print("\t".join(tsv_field(c) for c in columns))
+    for r in rows:
+        print("\t".join("" if v is None else tsv_field(v) for v in r))
+
+
+def print_json(doc: Any) -> None:
+    """One JSON document on stdout (UTF-8, no NaN)."""
+    import json
+
+    print(json.dumps(doc, ensure_ascii=False, allow_nan=False, default=str))
 
 
 def info(message: str) -> None:

@@ -160,6 +160,22 @@ def bench_load(
             info("  no corpus loaded yet: load one (engines corpus load) before scoring")
 
 
+@bench_app.command("subset")
+def bench_subset(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The subset's name (score with --subset NAME)."),
+    bench: str = typer.Option(..., "--bench", "-b", help="The benchmark whose queries the file lists."),
+    qids: str = typer.Option(..., "--qids", help="A file of qids, one a line (# comments); - reads stdin."),
+) -> None:
+    """Make a named subset of a benchmark's queries from a list of qids (e.g. the ones another harness scored)."""
+    from store.benchmarks import subset_from_qids
+
+    res = subset_from_qids(get_db(ctx), name, bench, qids)
+    state = "made" if res.created else "already made"
+    info(f"{state} subset {name} of {bench}: {res.counts[name]} queries [sha256 {res.sha256[:12]}]; "
+         f"score it with --subset {name}")
+
+
 @bench_app.command("list")
 def bench_list(ctx: typer.Context) -> None:
     """List benchmarks and subsets."""

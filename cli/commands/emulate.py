@@ -15,6 +15,7 @@ from typing import Optional
 import typer
 
 from cli.commands.common import info
+from engines.registry import engine_list
 from store.errors import InputError
 
 
@@ -31,7 +32,7 @@ def _maintenance(text: str | None) -> tuple[int, int] | None:
 
 
 def emulate(
-    engine: str = typer.Argument(..., help="leansearch, leanexplore, leanfinder, loogle or leanstatesearch."),
+    engine: str = typer.Argument(..., help=f"{engine_list(' or ')}."),
     port: int = typer.Option(0, "--port", help="TCP port (0: a free one, printed on stdout)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     corpus: Optional[Path] = typer.Option(

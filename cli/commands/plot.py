@@ -9,6 +9,7 @@ import typer
 
 from cli.commands.common import get_db, info
 from store.errors import InputError
+from store.text import escaped
 
 
 def plot_command(
@@ -24,21 +25,27 @@ def plot_command(
         False, "--published/--no-published", help="Also draw the published reference rows that apply (dashed, grey)."
     ),
     from_json: Optional[Path] = typer.Option(None, "--from-json", help="Plot this score JSON instead of scoring the database."),
+    uncovered: str = typer.Option(
+        "drop", "--uncovered", help="Queries whose gold is not in the corpus: drop (the methodology's) or zero (scored 0)."),
+    answered_by: Optional[str] = typer.Option(
+        None, "--answered-by", help="Score only the queries this system answered."),
 ) -> None:
     """Draw curves k = 1…200 with bootstrap bands, in leaderboard order, for a paper."""
     from scoring.document import read_score_json
     from scoring.plot import plot_curves
 
     if from_json is not None:
-        if bench or corpus or subset or slice_ or system:
-            raise InputError("--from-json plots a finished score file; drop --bench/--corpus/--subset/--slice/--system")
+        if bench or corpus or subset or slice_ or system or answered_by or uncovered != "drop":
+            raise InputError("--from-json plots a finished score file; drop --bench/--corpus/--subset/--slice/--system/"
+                             "--uncovered/--answered-by")
         doc = read_score_json(from_json)
     else:
         if not bench:
             raise InputError("which benchmark? pass --bench NAME (see `engines bench list`) or --from-json FILE")
         from scoring.results import score
 
-        doc = score(get_db(ctx), bench, corpus=corpus, subset=subset, systems=system or None, slice=slice_).to_json()
+        doc = score(get_db(ctx), bench, corpus=corpus, subset=subset, systems=system or None, slice=slice_,
+                    uncovered=uncovered, answered_by=answered_by).to_json()
     if published and "published" not in doc:
         from scoring.published import attach
 
@@ -47,8 +54,8 @@ def plot_command(
         doc["published"] = []
     path = plot_curves(doc, metric, out)
     if doc.get("banner"):
-        info(f"note: {doc['banner']}")
-    typer.echo(str(path))
+        info(f"note: {escaped(doc['banner'])}")
+    typer.echo(escaped(path))
 
 
 def register(app: typer.Typer) -> None:

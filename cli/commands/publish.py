@@ -16,6 +16,7 @@ except ImportError:  # pragma: no cover
 from cli.commands.common import get_db, info, progress_counter
 from cli.interrupts import sigterm_as_interrupt
 from store.errors import InputError, UserError
+from store.text import escaped
 
 SHOWN_DIFFERENCES = 40
 
@@ -75,7 +76,7 @@ def verify_cmd(
     t0 = time.perf_counter()
     try:
         with sigterm_as_interrupt():
-            report = verify_bundle(bundle, corpus=corpus, db_url=db, say=lambda m: info("  " + m))
+            report = verify_bundle(bundle, corpus=corpus, db_url=db, say=lambda m: info("  " + escaped(m)))
     except UserError as exc:  # whatever stops verify, exit 1 stays "the figures differ"
         exc.exit_code = 2
         raise
@@ -92,11 +93,11 @@ def verify_cmd(
     if not report.differences:
         typer.echo(f"verified: {report.systems} systems, {report.figures_equal} figures equal")
         for note in report.notes:
-            typer.echo(f"note: {note}")
+            typer.echo(f"note: {escaped(note)}")
         info(f"  {seconds:.1f}s")
         return
     rows = [("system", "figure", "claimed", "re-derived")]
-    rows += [(d.system, d.figure, d.claimed, d.derived) for d in report.differences[:SHOWN_DIFFERENCES]]
+    rows += [tuple(escaped(x) for x in (d.system, d.figure, d.claimed, d.derived)) for d in report.differences[:SHOWN_DIFFERENCES]]
     widths = [min(60, max(len(r[i]) for r in rows)) for i in range(4)]
     typer.echo(f"NOT verified: {len(report.differences)} differences ({report.figures_equal} figures equal)")
     for r in rows:
@@ -104,7 +105,7 @@ def verify_cmd(
     if len(report.differences) > SHOWN_DIFFERENCES:
         typer.echo(f"… and {len(report.differences) - SHOWN_DIFFERENCES} more differences")
     for note in report.notes:
-        typer.echo(f"note: {note}")
+        typer.echo(f"note: {escaped(note)}")
     raise typer.Exit(1)
 
 

@@ -7,12 +7,13 @@ from typing import List, Optional
 import typer
 
 from cli.commands.common import get_db, info
+from engines.registry import engine_list
 
 
 def reparse_cmd(
     ctx: typer.Context,
     engines: Optional[List[str]] = typer.Argument(
-        None, help="Remote engines whose archive to re-parse (default: all): leansearch, leanexplore, ..."),
+        None, help=f"Remote engines whose archive to re-parse (default: all): {engine_list()}."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Parse and count, write nothing."),
 ) -> None:
     """Re-parse every archived response with the current parser version: new parse outcomes and

@@ -35,11 +35,16 @@ def report_command(
     from_json: Optional[Path] = typer.Option(
         None, "--from-json", help="Render this score JSON (engines.score/1) instead of scoring the database."
     ),
+    uncovered: str = typer.Option(
+        "drop", "--uncovered", help="Queries whose gold is not in the corpus: drop (the methodology's) or zero (scored 0)."),
+    answered_by: Optional[str] = typer.Option(
+        None, "--answered-by", help="Score only the queries this system answered."),
 ) -> None:
     """Write a static HTML leaderboard (no server needed) with the score JSON beside it."""
     if from_json is not None:
-        if bench or corpus or subset or system or (compare and compare[0]):
-            raise InputError("--from-json renders a finished score file; drop --bench/--corpus/--subset/--system/--compare")
+        if bench or corpus or subset or system or (compare and compare[0]) or answered_by or uncovered != "drop":
+            raise InputError("--from-json renders a finished score file; drop --bench/--corpus/--subset/--system/"
+                             "--compare/--uncovered/--answered-by")
         score_json = read_score_json(from_json)
         if published and "published" not in score_json:
             from scoring.published import attach
@@ -53,6 +58,7 @@ def report_command(
         score_json = build_score_json(
             get_db(ctx), bench, corpus=corpus, subset=subset, systems=system,
             compare=tuple(compare) if compare and compare[0] else None, profile=profile, published=published,
+            uncovered=uncovered, answered_by=answered_by,
         )
     page = write_report(score_json, out)
     if score_json.get("banner"):

@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 
 from cli.commands.common import get_db, info, progress_counter
+from store.text import escaped
 
 run_app = typer.Typer(
     help="Run local engines (BM25, dense embedding models) over a benchmark; import or drop run files.",
@@ -22,12 +23,12 @@ run_app = typer.Typer(
 
 def _report(s) -> None:  # noqa: ANN001
     if s.nothing_due:
-        info(f"{s.label}: config {s.config_id}; nothing to do, {s.skipped} of {s.total} distinct queries already answered")
+        info(f"{escaped(s.label)}: config {s.config_id}; nothing to do, {s.skipped} of {s.total} distinct queries already answered")
         return
     cached = "cached" if s.index_cached else "built"
     qps = s.answered / s.search_seconds if s.search_seconds > 0 and s.answered else 0.0
     info(
-        f"{s.label}: config {s.config_id}; index {cached} in {s.index_seconds:.1f}s; "
+        f"{escaped(s.label)}: config {s.config_id}; index {cached} in {s.index_seconds:.1f}s; "
         f"answered {s.answered} queries in {s.search_seconds:.1f}s ({qps:,.1f}/s), "
         f"{s.skipped} already answered, {s.total} distinct queries in the benchmark"
     )
@@ -97,31 +98,56 @@ def run_dense_cmd(
 @run_app.command("import")
 def run_import_cmd(
     ctx: typer.Context,
-    file: str = typer.Argument(..., help="A TREC run (plain or .gz) or a JSONL run ({qid|query, ranked})."),
+    file: str = typer.Argument(
+        ..., help="A TREC run (plain or .gz), a JSONL run ({qid|query, ranked|scores}) or a ranx JSON run; - reads stdin."),
     bench: str = typer.Option(..., "--bench", "-b", help="The benchmark the run answers."),
     name: str = typer.Option(..., "--name", "-n", help="The row's name in tables and plots (not an engine's name)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="trec or jsonl (default: by content)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="trec, jsonl or ranx (default: by content)."),
     source: Optional[str] = typer.Option(None, "--source", help="Where the run comes from (shown, not part of the identity)."),
     docnos: Optional[str] = typer.Option(
         None, "--docnos", help="DOCNO -> name map (docnos.tsv of engines score --trec; default: the one beside FILE)."
     ),
+    order: str = typer.Option(
+        "rank", "--order", help="TREC: rank (the rank column, as written) or score (score descending, ties as trec_eval)."),
+    depth: Optional[int] = typer.Option(
+        None, "--depth", help="Names each query was asked for: metrics at k > depth are undefined (default: the longest list)."),
 ) -> None:
     """Import a run file as a system row (engine `run`, badge `imported`), scored like any other."""
     from crawler.runs import import_run
 
     db = get_db(ctx)
-    res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos)
+    res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos, order=order, depth=depth)
     p = res.parsed
     via = f", DOCNOs read through {p.docnos}" if p.docnos else ""
+    by = ", ordered by score" if p.order == "score" else ""
     if not res.created:
-        extra = "; source updated" if res.source_changed else ""
-        info(f"run {res.label}: config {res.config_id}; already imported from this file (sha256 {p.sha256[:12]}), "
+        extra = "; source updated" if res.source_changed and not res.depth_changed else ""
+        extra += f"; depth set to {res.depth or 'k_max'}" if res.depth_changed else ""
+        info(f"run {escaped(res.label)}: config {res.config_id}; already imported from this file (sha256 {p.sha256[:12]}), "
              f"nothing to do{extra}")
     else:
-        info(f"imported run {res.label} ({p.format}{via}): config {res.config_id}, sha256 {p.sha256[:12]}; "
-             f"{res.answers} answered query texts, {res.hits} hits, {res.unanswered} query texts unanswered")
+        info(f"imported run {escaped(res.label)} ({p.format}{escaped(via)}{by}): config {res.config_id}, sha256 {p.sha256[:12]}; "
+             f"{res.queries} of {res.queries_total} queries answered ({res.answers} of {res.texts_total} distinct "
+             f"query texts), {res.hits} hits; {_n(res.queries_total - res.queries, 'query', 'queries')} unanswered")
+        for corpus, absent, total in res.not_in_corpus:
+            info(f"  corpus {escaped(corpus)} does not hold {absent} of the {total} distinct returned names")
+    info(escaped(_depth_line(res)))
     for note in res.notes:
-        info(f"note: {note}")
+        info(f"note: {escaped(note)}")
+
+
+def _n(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _depth_line(res) -> str:  # noqa: ANN001
+    """The depth the row is scored to, and what a complete ranking would take."""
+    why = "--depth" if res.depth_given else ("the cap its export names" if res.parsed.cap_known else "the longest list")
+    if res.depth is None:
+        return f"depth: complete to k_max = 200 ({why}); every metric is defined"
+    hint = " (nDCG@10 and R@10: --depth 10)" if res.depth < 10 else ""
+    return (f"depth: {res.depth} ({why}); metrics at k > {res.depth} are undefined (—): a ranking complete to k "
+            f"takes --depth k or more{hint}")
 
 
 @run_app.command("drop")
@@ -133,7 +159,7 @@ def run_drop_cmd(
     from crawler.runs import drop_run
 
     res = drop_run(get_db(ctx), name)
-    info(f"dropped run {name}: {res.configs} configuration(s), {res.answers} answers, {res.hits} hits")
+    info(f"dropped run {escaped(name)}: {res.configs} configuration(s), {res.answers} answers, {res.hits} hits")
 
 
 def register(app: typer.Typer) -> None:

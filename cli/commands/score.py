@@ -9,10 +9,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from cli.commands.common import get_db, info, out_console
 from scoring import view
 from store.errors import InputError
+from store.text import escaped
 
 BY_CHOICES = ("style", "kind", "difficulty")
 
@@ -32,7 +34,7 @@ def _main_table(doc: dict) -> Table:
     title = f"{doc['benchmark']['name']} on {doc['corpus']['name']}@{doc['corpus']['revision']}"
     if doc.get("subset"):
         title += f" · subset {doc['subset']}"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(escaped(title)), title_justify="left")
     if doc["profile"] == "main":
         metric_cols = list(doc["table_metrics"])
         cols = ["system", "n", "dropped", *metric_cols, "R@10 95% CI", "badges", "p95 latency"]
@@ -55,10 +57,10 @@ def _main_table(doc: dict) -> Table:
         if s.get("licence"):
             badges.append(s["licence"])
         if s.get("source") and "imported" in badges:
-            badges[badges.index("imported")] = f"imported ({escape(str(s['source']))})"
+            badges[badges.index("imported")] = f"imported ({escape(escaped(str(s['source'])))})"
         cov = [_fmt(s.get("coverage"))] if show_cov else []
         table.add_row(
-            escape(view.label(s)), escape(_epoch_cell(s)), str(s["n"]), str(s["dropped"]), *cov,
+            escape(escaped(view.label(s))), escape(escaped(_epoch_cell(s))), str(s["n"]), str(s["dropped"]), *cov,
             *[_fmt((s["metrics"].get(m) or {}).get("value")) for m in metric_cols],
             _ci(s["metrics"].get(ci_metric)), ", ".join(badges),
             "—" if lat is None else f"{lat:,.0f} ms",
@@ -79,13 +81,13 @@ def _breakdown_table(doc: dict, dim: str) -> Table | None:
     table = Table(title=f"by {dim}: {keys[0]} / {keys[1]} (n)", title_justify="left")
     table.add_column("system")
     for v in values:
-        table.add_column(v, justify="right")
+        table.add_column(Text(escaped(v)), justify="right")
     for s in doc["systems"]:
         cells = []
         for v in values:
             c = (s["breakdowns"].get(dim) or {}).get(v)
             cells.append("—" if c is None else f"{_fmt(c.get(keys[0]))} / {_fmt(c.get(keys[1]))} ({c['n']})")
-        table.add_row(escape(s["id"]), *cells)
+        table.add_row(escape(escaped(s["id"])), *cells)
     return table
 
 
@@ -95,12 +97,13 @@ def _published_table(doc: dict, src: dict) -> Table:
     extra = sorted({m for r in src["rows"] for m in r["metrics"]} - set(cols))
     title = (f"published (reference, not ranked): {src['source']}, {src['table']} [{src['ref']}] · "
              f"{src['slice']} · corpus: {src['corpus']} · transcribed {src['transcribed']}")
-    table = Table(title=escape(title), title_justify="left")
+    table = Table(title=Text(escaped(title)), title_justify="left")
     table.add_column("system")
     for m in cols + extra:
         table.add_column(m, justify="right")
     for r in src["rows"]:
-        table.add_row(escape(r["system"]) + " [dim](published)[/dim]",
+        badge = "".join(f" [bold]{escape(escaped(b))}[/bold]" for b in r.get("badges") or [])
+        table.add_row(escape(escaped(r["system"])) + " [dim](published)[/dim]" + badge,
                       *["" if r["metrics"].get(m) is None else f"{r['metrics'][m]:.3f}" for m in cols + extra])
     return table
 
@@ -111,9 +114,26 @@ def _comparison_table(doc: dict) -> Table:
         table.add_column(c, justify="left" if c in ("A", "B", "metric") else "right")
     for c in doc["comparisons"]:
         lo, hi = c["ci"]
-        table.add_row(escape(c["a"]), escape(c["b"]), c["metric"], str(c.get("n", "")), f"{c['diff']:+.3f}",
+        table.add_row(escape(escaped(c["a"])), escape(escaped(c["b"])), c["metric"], str(c.get("n", "")), f"{c['diff']:+.3f}",
                       f"[{lo:+.3f}, {hi:+.3f}]", f"{c['p']:.3f}")
     return table
+
+
+def _scope_notes(scope: dict, doc: dict) -> None:
+    """The scoring conventions a reader must know to compare these figures."""
+    if scope.get("uncovered") == "zero":
+        info(f"--uncovered zero: {len(scope['uncovered_qids'])} queries whose gold is not in "
+             f"{escaped(doc['corpus']['name'])} stay in n, scored 0 (the methodology drops them: --uncovered drop)")
+    if scope.get("answered_by"):
+        info(f"--answered-by {escaped(scope['answered_by']['system'])}: only the {scope['answered_by']['texts']} query "
+             "texts it answered are scored")
+
+
+def _order_notes(doc: dict) -> None:
+    """Why a row sits after the ranked ones: its sort metric is undefined."""
+    for s in doc["systems"]:
+        if s.get("order_note"):
+            info(escaped(f"note: {view.label(s)} is {s['order_note']}"))
 
 
 def register(app: typer.Typer) -> None:
@@ -144,6 +164,11 @@ def register(app: typer.Typer) -> None:
         ),
         epoch: Optional[str] = typer.Option(
             None, "--epoch", help="Epoch to score per configuration: newest (default), all, or an epoch number or label."),
+        uncovered: str = typer.Option(
+            "drop", "--uncovered", help="Queries whose gold is not in the corpus: drop (leave n; the methodology's) "
+            "or zero (stay in n, scored 0)."),
+        answered_by: Optional[str] = typer.Option(
+            None, "--answered-by", help="Score only the queries this system answered (compare on a partial run's queries)."),
     ) -> None:
         """Score every system on a benchmark: leaderboard table, CIs, optional JSON / TREC export."""
         from scoring.results import score, write_json
@@ -162,6 +187,7 @@ def register(app: typer.Typer) -> None:
             db, bench, corpus=corpus, subset=subset, systems=system or None, by=by or None,
             compare=tuple(compare) if compare and compare[0] else None, profile=profile,
             shared_with=shared_with or None, snapshots=snapshots or None, styles=style or None, slice=slice_, epochs=epoch,
+            uncovered=uncovered, answered_by=answered_by,
         )
         doc = result.to_json()
         if not doc["systems"]:  # as engines plot: nothing to rank is a failure, not an empty table
@@ -171,18 +197,23 @@ def register(app: typer.Typer) -> None:
             from scoring.published import attach
 
             attach(doc)
-        # Piped output (files, CI logs) gets a wide console so no column is squeezed to "…".
-        console = out_console if out_console.is_terminal else Console(width=240, highlight=False)
+        to_stdout = json_path is not None and str(json_path) == "-"
+        # Piped output (files, CI logs) gets a wide console so no column is squeezed to "…";
+        # with --json - the JSON owns stdout and the tables go to stderr.
+        console = (Console(stderr=True, width=240, highlight=False) if to_stdout
+                   else out_console if out_console.is_terminal else Console(width=240, highlight=False))
         if view.banner(doc):
-            console.print(f"[bold red]{view.banner(doc)}[/bold red]")
+            console.print(f"[bold red]{escape(escaped(view.banner(doc)))}[/bold red]")
         scope = doc["scope"]
-        info(
+        info(escaped(
             f"{doc['benchmark']['name']}: {doc['benchmark']['n_queries']} queries in scope, "
             f"{len(scope['dropped_qids'])} dropped (gold not in {doc['corpus']['name']}), "
             f"{scope['unresolved_units']} gold units unresolved; profile {doc['profile']}"
-        )
+        ))
+        _scope_notes(scope, doc)
         if doc["systems"]:
             console.print(_main_table(doc))
+            _order_notes(doc)
             if doc.get("overlapping_units"):
                 info(f"note: {doc['overlapping_units']} scored queries have premise groups sharing a name; there P@k, "
                      "nDCG and AP credit each returned row to one group (maximum matching), R@k and Covered count every group")
@@ -200,7 +231,11 @@ def register(app: typer.Typer) -> None:
                      "--subset shared171, full mathlibqr and mathlibmpr, main profile)")
             for src in doc["published"]:
                 console.print(_published_table(doc, src))
-        if json_path is not None:
+        if to_stdout:
+            import json
+
+            typer.echo(json.dumps(doc, ensure_ascii=False, allow_nan=False))
+        elif json_path is not None:
             if published:
                 _write_doc(doc, json_path)
             else:

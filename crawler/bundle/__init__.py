@@ -55,13 +55,13 @@ from crawler.bundle.records import (
 )
 from crawler.bundle.warc import (
     BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, BadBundle, ImportSummary,
-    _parse_date, _warc_date, fingerprint,
+    _parse_date, _warc_date, fingerprint, record_id,
 )
 
 __all__ = [
     "BUNDLE_FORMAT", "H_ATTEMPT", "H_CONFIG", "H_ELAPSED", "H_EPOCH", "H_FINISHED", "H_TEXTS", "ORIG",
     "MAX_HELD_BYTES", "MAX_RECORD_BYTES", "MAX_TOTAL_RATIO", "MIN_TOTAL_BYTES",
     "BadBundle", "ExportSummary", "ImportSummary", "exchange_columns", "export_bundle", "fingerprint",
-    "import_bundle", "parse_imported",
+    "import_bundle", "parse_imported", "record_id",
     "_Rec", "_parse_date", "_records", "_warc_date", "_warcinfo_fields", "_write_exchange",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import http
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import urlsplit
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from crawler.bundle.records import END_URI, H_END, H_RECORDS
 from crawler.bundle.warc import (
-    _MOVED, BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, _warc_date,
+    _MOVED, BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, ORIG, _warc_date, record_id,
 )
 from store.errors import InputError
 from store.models import Benchmark, Corpus, EngineConfig, Epoch, Exchange
@@ -35,6 +35,20 @@ class ExportSummary:
     configs: int = 0
     transport_errors: int = 0
     bytes: int = 0
+    # Record ids given to exchanges sent at one instant (rows come in send-time order): two
+    # exchanges identical in every field would otherwise share an id (see unique_id).
+    _ids_at: tuple[str, set[str]] = field(default=("", frozenset()), repr=False)
+
+    def unique_id(self, date: str, rid: str) -> str:
+        """``rid``, or a variant of it when an exchange sent at the same instant took it already."""
+        if self._ids_at[0] != date:
+            self._ids_at = (date, set())
+        seen, n, out = self._ids_at[1], 0, rid
+        while out in seen:
+            n += 1
+            out = record_id(rid, n)
+        seen.add(out)
+        return out
 
 
 def _select_configs(session, engines: Sequence[str] | None) -> list[EngineConfig]:
@@ -96,11 +110,14 @@ def _http_response_block(status: int, headers: dict[str, Any], body_len: int):
     return StatusAndHeaders(f"{status} {reason}", out, protocol="HTTP/1.1")
 
 
-def _warcinfo_fields(session, configs: list[EngineConfig], epoch_sel: dict[int, list[int] | None]) -> bytes:
+def _warcinfo_fields(session, configs: list[EngineConfig], epoch_sel: dict[int, list[int] | None],
+                     created: str | None = None) -> bytes:
+    """The warcinfo fields; ``created`` defaults to now (``engines publish`` passes the data's
+    own time, so that its bundle depends on the data only)."""
     from engines import code_version
 
     lines = [f"software: engines/{code_version()}", f"format: {BUNDLE_FORMAT}", "conformsTo: WARC/1.1",
-             f"created: {_warc_date(utcnow())}"]
+             f"created: {created or _warc_date(utcnow())}"]
     for c in configs:
         lines.append("config: " + json.dumps({
             "config_hash": c.config_hash, "engine": c.engine, "endpoint_version": c.endpoint_version,
@@ -171,13 +188,17 @@ def export_bundle(
     return summary
 
 
-def write_end(writer, records: int) -> None:
+def write_end(writer, records: int, date: str | None = None) -> None:
     """The end record: the count of the records before it (a cut at a record boundary is
-    then seen by the reader, crawler.bundle.records.checked_records)."""
+    then seen by the reader, crawler.bundle.records.checked_records); its id made of the
+    count, and its date ``date`` when given (publish writes the same bundle byte for byte)."""
     body = json.dumps({"records": records}).encode()
+    headers = {"WARC-Record-ID": record_id("end", records), H_RECORDS: str(records)}
+    if date is not None:
+        headers["WARC-Date"] = date
     writer.write_record(writer.create_warc_record(
         END_URI, "resource", payload=io.BytesIO(body), length=len(body), warc_content_type="application/json",
-        warc_headers_dict={H_RECORDS: str(records)}))
+        warc_headers_dict=headers))
 
 
 def exchange_columns() -> list:
@@ -192,7 +213,11 @@ def _write_exchange(writer, row, config_hash: str, summary: ExportSummary) -> No
     url = row.url
     date = _warc_date(row.sent_at)
     req_body = bytes(row.request_body) if row.request_body is not None else b""
+    # Ids derived from the exchange (what was sent, to whom, when), not random ones.
+    req_id = summary.unique_id(date, record_id("request", config_hash, row.epoch, row.attempt, row.method, url,
+                                               date, req_body))
     meta = {
+        "WARC-Record-ID": req_id,
         "WARC-Date": date,
         H_CONFIG: config_hash,
         H_EPOCH: str(row.epoch),
@@ -208,14 +233,14 @@ def _write_exchange(writer, row, config_hash: str, summary: ExportSummary) -> No
         http_headers=_http_request_block(row.method, url, dict(row.request_headers or {})),
         warc_headers_dict=meta,
     )
-    req_id = req.rec_headers.get_header("WARC-Record-ID")
     if row.status_code is None:
         payload = json.dumps({"transport_error": row.transport_error, "elapsed_ms": row.elapsed_ms},
                              ensure_ascii=False).encode("utf-8")
         second = writer.create_warc_record(
             url, "metadata", payload=io.BytesIO(payload), length=len(payload),
             warc_content_type="application/json",
-            warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": req_id, "WARC-Refers-To": req_id},
+            warc_headers_dict={"WARC-Record-ID": record_id("metadata", req_id, payload), "WARC-Date": date,
+                               "WARC-Concurrent-To": req_id, "WARC-Refers-To": req_id},
         )
         summary.transport_errors += 1
     else:
@@ -224,7 +249,8 @@ def _write_exchange(writer, row, config_hash: str, summary: ExportSummary) -> No
             url, "response", payload=io.BytesIO(body), length=len(body),
             http_headers=_http_response_block(row.status_code, dict(row.response_headers or {}), len(body)),
             # A body cut at --max-body says so (WARC 1.1 §5.13).
-            warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": req_id,
+            warc_headers_dict={"WARC-Record-ID": record_id("response", req_id, row.status_code, body),
+                               "WARC-Date": date, "WARC-Concurrent-To": req_id,
                                **({"WARC-Truncated": "length"} if row.body_truncated else {})},
         )
     req.rec_headers.add_header("WARC-Concurrent-To", second.rec_headers.get_header("WARC-Record-ID"))

@@ -8,7 +8,7 @@ and the configuration the engine's default one with the parameters the request s
 path or method, no query) yields no texts: the import counts it as unpaired.
 
 Where the inverse is not unique the adapter decides, and says so: a LeanStateSearch query
-``⊢ <statement>`` gives back the statement (engines.leanstatesearch.goal_text), the text
+``⊢ <statement>`` gives back the statement (engines.queries.goal_text), the text
 the crawler would have sent it for and the benchmark files its answers under; a proof
 state with hypotheses is its own text.
 """

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import uuid
 from dataclasses import dataclass, field
 
 from store.errors import UserError
@@ -57,3 +58,17 @@ def _parse_date(text: str) -> dt.datetime:
 def fingerprint(method: str, url: str, body: bytes | None) -> str:
     """The crawler's request fingerprint (crawler.fetch.Fetcher._archive)."""
     return hashlib.sha256(b"\0".join([method.encode(), url.encode(), body or b""])).hexdigest()
+
+
+def record_id(*parts: object) -> str:
+    """A ``WARC-Record-ID`` derived from what the record holds (an RFC 9562 version-8 UUID
+    made of the sha256 of ``parts``), never a random one: the same database and options
+    write the same bundle, byte for byte, so a bundle's sha256 names what it holds."""
+    h = hashlib.sha256()
+    for part in parts:
+        b = part if isinstance(part, bytes) else str(part).encode("utf-8")
+        h.update(len(b).to_bytes(8, "big") + b)
+    raw = bytearray(h.digest()[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x80  # version 8 (custom)
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC variant
+    return f"<urn:uuid:{uuid.UUID(bytes=bytes(raw))}>"

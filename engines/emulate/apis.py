@@ -13,7 +13,7 @@ import json
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator, Mapping
 from urllib.parse import parse_qs, quote
 
 from engines.emulate.scorer import LexicalIndex, Row
@@ -55,7 +55,9 @@ def parse_query_string(raw: str) -> dict[str, list[str]]:
     return parse_qs(raw, keep_blank_values=True)
 
 
-def _finish(items: list[dict[str, Any]], mods: Mods, name_key: str, drift_key: str) -> list[dict[str, Any]]:
+def finish_items(items: list[dict[str, Any]], mods: Mods, name_key: str, drift_key: str) -> list[dict[str, Any]]:
+    """The hit items of one answer with the content faults of ``mods`` applied: a duplicated
+    hit, the name field renamed from ``name_key`` to ``drift_key`` (schema drift)."""
     if mods.duplicate is not None and items:
         rng = mods.duplicate
         src = rng.randrange(len(items))
@@ -66,7 +68,13 @@ def _finish(items: list[dict[str, Any]], mods: Mods, name_key: str, drift_key: s
 
 
 class EngineAPI:
-    engine = ""
+    """One engine's API as a stand-in serves it; subclasses answer :meth:`handle`.
+
+    ``base_path``: what the adapter's base URL adds to the server's root (LeanExplore's
+    ``/api/v2``). A new engine's stand-in subclasses this and is declared on its adapter
+    (``stand_in = "module:Class"``)."""
+
+    base_path = ""
     name_key = "name"
     drift_key = "full_name"
     error_key = "detail"
@@ -107,7 +115,6 @@ class EngineAPI:
 class LeanSearchAPI(EngineAPI):
     """``POST /search`` (§2). Validation errors are FastAPI's 422; the cap is 50 hits."""
 
-    engine = "leansearch"
     cap = 50
 
     def rate_limited(self, retry_after: float) -> Reply:
@@ -157,7 +164,7 @@ class LeanSearchAPI(EngineAPI):
             if mods.drift:
                 for it in items:
                     it["result"] = {("full_name" if k == "name" else k): v for k, v in it["result"].items()}
-            out.append(_finish(items, Mods(duplicate=mods.duplicate), "name", "full_name"))
+            out.append(finish_items(items, Mods(duplicate=mods.duplicate), "name", "full_name"))
         return jreply(200, out, served=True)
 
 
@@ -169,10 +176,10 @@ class LeanExploreAPI(EngineAPI):
     the ``/api/v2`` prefix is answered too, for convenience.
     """
 
-    engine = "leanexplore"
     error_key = "msg"
     drift_key = "lean_name"
     prefix = "/api/v2"
+    base_path = prefix
 
     def rate_limited(self, retry_after: float) -> Reply:
         return self.error(429, "Rate limit exceeded", headers={"Retry-After": str(max(1, math.ceil(retry_after)))})
@@ -219,7 +226,7 @@ class LeanExploreAPI(EngineAPI):
         ranked = self.index.search(q, None if packages else limit)
         if packages:
             ranked = [(r, s) for r, s in ranked if r.module_parts and r.module_parts[0].lower() in packages][:limit]
-        items = _finish([self.item(r) for r, _ in ranked], mods, self.name_key, self.drift_key)
+        items = finish_items([self.item(r) for r, _ in ranked], mods, self.name_key, self.drift_key)
         body = {"query": q, "results": items, "count": len(items), "processing_time_ms": 1}
         return jreply(200, body, served=True)
 
@@ -232,7 +239,6 @@ class LeanFinderAPI(EngineAPI):
     Errors are ``{"error": ...}``; the real status is undocumented, 400 is used here.
     """
 
-    engine = "leanfinder"
     error_key = "error"
     name_key = "formal_name"
     drift_key = "formalName"
@@ -272,7 +278,7 @@ class LeanFinderAPI(EngineAPI):
                 "formal_statement": f"{r.get('kind') or 'theorem'} {r.name} {(r.get('signature') or '').strip()}",
                 "informal_statement": r.get("informal_description") or "",
             } for r, _ in ranked]
-            items = _finish(items, mods, "url", "link")
+            items = finish_items(items, mods, "url", "link")
         else:
             items = [{
                 "formal_name": r.name,
@@ -282,7 +288,7 @@ class LeanFinderAPI(EngineAPI):
                 "informal_description": r.get("informal_description") or "",
                 "path": "/".join(r.module_parts),
             } for r, _ in ranked]
-            items = _finish(items, mods, self.name_key, self.drift_key)
+            items = finish_items(items, mods, self.name_key, self.drift_key)
         return jreply(200, {"results": items}, served=True)
 
 
@@ -294,7 +300,6 @@ class LoogleAPI(EngineAPI):
     Loogle is a pattern search).
     """
 
-    engine = "loogle"
     error_key = "error"
     drift_key = "decl_name"
     cap = 200
@@ -344,7 +349,7 @@ class LoogleAPI(EngineAPI):
                  "module": r.module or None, "doc": r.get("docstring")} for r, _ in ranked[: self.cap]]
         if "lucky" in req.query and hits:
             return Reply(302, b"", headers={"Location": f"https://leanprover-community.github.io/mathlib4_docs/find/?pattern={quote(hits[0]['name'])}#doc"})
-        hits = _finish(hits, mods, self.name_key, self.drift_key)
+        hits = finish_items(hits, mods, self.name_key, self.drift_key)
         shown = f" Of these, {len(hits)} are shown." if len(ranked) > len(hits) else ""
         body = {"header": f"Found {len(ranked)} declarations mentioning {q.strip()}.{shown}",
                 "heartbeats": 1, "count": len(ranked), "hits": hits}
@@ -360,7 +365,6 @@ class LeanStateSearchAPI(EngineAPI):
     stand-in answers excess traffic with 429 + ``error``. Items carry no score.
     """
 
-    engine = "leanstatesearch"
     error_key = "error"
     query_param = "query"
     revisions = ("v4.17.0-rc1", "v4.22.0")
@@ -390,13 +394,28 @@ class LeanStateSearchAPI(EngineAPI):
         ranked = self.index.search(params["query"].replace("⊢", " "), n)
         items = [{"name": r.name, "formal_type": r.get("type") or (r.get("signature") or "").strip(),
                   "module": r.module, "rev": params["rev"]} for r, _ in ranked]
-        return jreply(200, _finish(items, mods, self.name_key, self.drift_key), served=True)
+        return jreply(200, finish_items(items, mods, self.name_key, self.drift_key), served=True)
 
 
-APIS: dict[str, type[EngineAPI]] = {
-    "leansearch": LeanSearchAPI,
-    "leanexplore": LeanExploreAPI,
-    "leanfinder": LeanFinderAPI,
-    "loogle": LoogleAPI,
-    "leanstatesearch": LeanStateSearchAPI,
-}
+class _StandIns(Mapping):
+    """Engine name → its stand-in API class, read from each adapter's ``stand_in``
+    declaration in :data:`engines.registry.ENGINES` (a live view: a later-registered engine
+    is in it too)."""
+
+    def __getitem__(self, engine: str) -> type[EngineAPI]:
+        from engines.registry import ENGINES, stand_in_api
+
+        if engine not in ENGINES or not ENGINES[engine].stand_in:
+            raise KeyError(engine)
+        return stand_in_api(engine)
+
+    def __iter__(self) -> Iterator[str]:
+        from engines.registry import ENGINES
+
+        return iter([name for name, cls in ENGINES.items() if cls.stand_in])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
+APIS: Mapping[str, type[EngineAPI]] = _StandIns()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from engines.registry import ENGINES, demo_engines
 from store.corpus import iter_rows, parse_row
 from store.errors import InputError
 
@@ -98,13 +99,8 @@ class Weights:
 
 DEFAULT_WEIGHTS = Weights()
 # The demo's stand-ins, each leaning on other fields (the slice has no informal texts):
-# LeanSearch on docstrings (its index is built from informal descriptions), LeanExplore
-# on names and modules, Lean Finder on statements.
-ENGINE_WEIGHTS = {
-    "leansearch": Weights(name=1, signature=1, docstring=3, module=0),
-    "leanexplore": Weights(name=3, signature=1, docstring=0, module=2),
-    "leanfinder": Weights(name=1, signature=3, docstring=1, module=0),
-}
+# declared on each demo engine's adapter (``demo_weights``, engines.registry).
+ENGINE_WEIGHTS = {name: Weights(**ENGINES[name].demo_weights) for name in demo_engines()}
 
 
 class LexicalIndex:

@@ -28,9 +28,10 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
-from engines.base import Rate
-from engines.emulate.apis import APIS, Mods, Reply, Request, parse_query_string
+from engines.emulate.apis import Mods, Reply, Request, parse_query_string
 from engines.emulate.scorer import LexicalIndex, Row, load_rows
+from engines.rates import Rate
+from engines.registry import stand_in_api
 from store.errors import InputError
 
 RESET = "reset"
@@ -134,12 +135,11 @@ class StandIn:
         port: int = 0,
         canned: Canned | None = None,
     ) -> None:
-        if engine not in APIS:
-            raise InputError(f"unknown engine {engine!r} for a stand-in; known: {', '.join(APIS)}")
+        api = stand_in_api(engine)  # one line (InputError) for an engine without a stand-in
         self.engine = engine
         self.rows: list[Row] = load_rows(corpus)
         self.index = LexicalIndex(self.rows)
-        self.api = APIS[engine](self.index)
+        self.api = api(self.index)
         self.rate = rate
         self.faults = faults or FaultConfig()
         self.seed = seed
@@ -161,8 +161,8 @@ class StandIn:
 
     @property
     def url(self) -> str:
-        """The base URL to give this engine's adapter (LeanExplore's includes ``/api/v2``)."""
-        return self.root_url + ("/api/v2" if self.engine == "leanexplore" else "")
+        """The base URL to give this engine's adapter (the root + its API's ``base_path``, e.g. LeanExplore's ``/api/v2``)."""
+        return self.root_url + self.api.base_path
 
     async def start(self) -> "StandIn":
         self._server = await asyncio.start_server(self._connection, self.host, self.port)

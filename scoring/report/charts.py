@@ -107,7 +107,7 @@ def curve_svg(
 
 def _published_marks(sources: Sequence[dict[str, Any]], key: str, X: Any, Y: Any) -> list[str]:
     """Dashed hollow markers at the k values a published source reports (reference only)."""
-    from scoring.published import curve_points
+    from scoring.published import curve_points, row_name
 
     out = []
     for src in sources:
@@ -115,7 +115,7 @@ def _published_marks(sources: Sequence[dict[str, Any]], key: str, X: Any, Y: Any
             pts = curve_points(row, key)
             if not pts:
                 continue
-            label = f"{row.get('system')} — published, {src.get('source')} {src.get('table')}"
+            label = f"{row_name(row)} — published, {src.get('source')} {src.get('table')}"
             d = " ".join(f"{'M' if j == 0 else 'L'}{X(k):.1f},{Y(v):.1f}" for j, (k, v) in enumerate(pts))
             out.append(f'<path class="published" data-published="{e(row.get("system"))}" d="{d}" fill="none" '
                        f'stroke="#777" stroke-width="1" stroke-dasharray="4 3"><title>{e(label)}</title></path>')

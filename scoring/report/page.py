@@ -43,6 +43,22 @@ def _overlap_note(score: dict[str, Any]) -> str:
     )
 
 
+def _order_notes(systems: list[dict[str, Any]], scope: dict[str, Any]) -> str:
+    """Why a row sits after the ranked ones (its sort metric undefined), and the scoring
+    conventions a reader must know to compare the figures (--uncovered, --answered-by)."""
+    out = [f'<p class="note order">{e(view.label(s))} is {e(s["order_note"])}.</p>'
+           for s in systems if s.get("order_note")]
+    if scope.get("uncovered") == "zero":
+        out.append(f'<p class="note uncovered">--uncovered zero: {e(len(scope.get("uncovered_qids") or []))} '
+                   "queries whose gold is not in the corpus stay in n, scored 0 by every row (the methodology "
+                   "drops them).</p>")
+    if scope.get("answered_by"):
+        ab = scope["answered_by"]
+        out.append(f'<p class="note answered">Scored on the {e(ab.get("texts"))} query texts '
+                   f'{e(ab.get("system"))} answered (--answered-by).</p>')
+    return "".join(out)
+
+
 def render_html(score: dict[str, Any], *, json_sha256: str = "") -> str:
     """The whole page as a string (no I/O)."""
     if score.get("schema") != SCHEMA:
@@ -85,7 +101,7 @@ def render_html(score: dict[str, Any], *, json_sha256: str = "") -> str:
         f"average in [0, 1] with its {e(ci_label)} bootstrap interval below; — means undefined (beyond a result "
         "cap). Bold: best in column.</p>"
         f"{leaderboard(systems, colours, bench.get('n_queries'), score.get('table_metrics') or TABLE_METRICS)}"
-        f"{_overlap_note(score)}</section>"
+        f"{_overlap_note(score)}{_order_notes(systems, score.get('scope') or {})}</section>"
         f"{published(score.get('published') or [], score.get('table_metrics') or TABLE_METRICS)}"
         f"{slices(score.get('slices') or [], score.get('table_metrics') or TABLE_METRICS, order_by)}"
         f'<section id="curves"><h2>Curves over k</h2><p class="note">Shaded: {e(ci_label)} bootstrap band. '

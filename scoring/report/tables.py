@@ -119,7 +119,8 @@ def published(sources: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
         names += sorted({m for r in src.get("rows") or [] for m in (r.get("metrics") or {})} - set(names))
         head = "".join(f'<th class="num">{e(m)}</th>' for m in names)
         rows = "".join(
-            f'<tr class="published-row"><td class="sys">{e(r.get("system"))} <span class="badge pub">published</span></td>'
+            f'<tr class="published-row"><td class="sys">{e(r.get("system"))} <span class="badge pub">published</span>'
+            + "".join(f' <span class="badge diffcorpus">{e(b)}</span>' for b in r.get("badges") or []) + "</td>"
             + "".join(
                 f'<td class="num">{fmt((r.get("metrics") or {}).get(m)) if (r.get("metrics") or {}).get(m) is not None else ""}</td>'
                 for m in names

@@ -1,8 +1,5 @@
-"""Corpus files on this machine, found by sha256: the ones shipped with the package, the
-engines cache, a Hugging Face cache (offline) and paths given by the user. Used by
-``engines publish --with-corpus`` (the publisher's own files) and ``engines verify``
-(which never opens a path a bundle names: only ``--corpus``, the caches and the package).
-"""
+"""Corpus files on this machine, found by sha256: for ``engines publish --with-corpus`` and
+for ``engines verify`` when the bundle does not carry its corpus."""
 
 from __future__ import annotations
 
@@ -61,5 +58,3 @@ def find_corpus_file(sha256: str, source: str | None, extra: Iterable[Path] = ()
         if sha256_file(p) == sha256:
             return p
     return None
-
-
