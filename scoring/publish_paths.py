@@ -33,15 +33,18 @@ def _public_params(params: dict[str, Any] | None) -> dict[str, Any] | None:
 def _name_files(file_specs: list[tuple[str, str]],
                 options: dict[str, Any]) -> tuple[list[tuple[str, str, bytes]], dict[str, Any]]:
     """The name-list files' (role, name, bytes), and the options as the claim records them: each
-    file named by its file name alone; two different files of one name are refused."""
+    file named by its file name alone, and held once; two different files of one name are refused."""
     files, names = [], {}
     for role, spec in file_specs:
         p = Path(spec).expanduser()
         if not p.is_file():
             raise InputError(f"--{role} {spec}: the file does not exist, so it cannot go into the bundle")
-        if names.setdefault(p.name, spec) != spec:
-            raise InputError(f"--{role} {spec}: another name-list file has the name {p.name!r} "
-                             f"({names[p.name]}); the bundle names files by their names alone: rename one")
+        if p.name in names:  # one file for --shared-with and --snapshot travels once
+            if names[p.name] != spec:
+                raise InputError(f"--{role} {spec}: another name-list file has the name {p.name!r} "
+                                 f"({names[p.name]}); the bundle names files by their names alone: rename one")
+            continue
+        names[p.name] = spec
         files.append((role, p.name, p.read_bytes()))
     rename = {spec: Path(spec).expanduser().name for _, spec in file_specs}
     recorded = dict(options)

@@ -1,7 +1,6 @@
 """``engines verify``, reading: every record of a leaderboard bundle, bounded and digest-checked.
 
-The bundle is hostile input, bounded in total, not per record (docs/METHODOLOGY.md,
-"Verifying a bundle"):
+The bundle is hostile input, bounded in total, not per record (the README: Reproduce a leaderboard):
 
 - everything the bundle decompresses to, every record together: at most
   ``crawler.bundle.records.MAX_TOTAL_RATIO`` (100) times the file's size, never less than
