@@ -153,7 +153,7 @@ def _draw_rows(ax: Any, systems: list[dict[str, Any]], colours: dict[str, str], 
 
 def _draw_published(ax: Any, sources: list[dict[str, Any]], key: str) -> None:
     """Published reference rows: dashed grey hollow markers at the k values they report."""
-    from scoring.published import DIFFERENT_CORPUS, curve_points
+    from scoring.reference_rows import DIFFERENT_CORPUS, curve_points
 
     g = 0
     for src in sources:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import sql as sqlmod
+from store.sql import runner as sqlmod
 from store.db import open_database
 
 REFUSED, ERROR = 2, 1

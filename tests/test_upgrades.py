@@ -25,7 +25,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from cli import main as cli
-from scoring.verify import compare_docs
+from pipelines.verify import compare_docs
 from store import db as dbmod
 from store.errors import DatabaseError
 from store.models import Base

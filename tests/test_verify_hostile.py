@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import pytest
 
-# The end record's format, spelled out (crawler.bundle.records writes the same).
+# The end record's format, spelled out (archive.bundle.records reads it; archive.bundle.export writes it).
 END_URI = "urn:engines:end"
 H_END = "WARC-Engines-End"
 H_RECORDS = "WARC-Engines-Records"
@@ -111,7 +111,7 @@ def one_line(r: Ran) -> str:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
     """The demo's leaderboard bundle (2 targets, no dense row)."""
-    from scoring.demo import run_demo
+    from pipelines.demo import run_demo
 
     out = tmp_path_factory.mktemp("verify-hostile")
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("ENGINES_")}
@@ -328,8 +328,8 @@ def _cuts(data: bytes) -> list[int]:
 
 
 def test_every_cut_is_refused_by_import_and_verify_reading(demo, tmp_path):
-    from crawler.bundle import BadBundle, import_bundle
-    from scoring.verify_read import CannotVerify, read_contents
+    from archive.bundle import BadBundle, import_bundle
+    from pipelines.verify_read import CannotVerify, read_contents
     from store.db import open_database
 
     data = demo.read_bytes()
@@ -457,7 +457,7 @@ def test_a_file_record_named_dotdot_or_with_a_nul_is_written_inside_the_temporar
 # engines publish with every exchange written 50 ms apart (so that it can be stopped while it writes).
 SLOW_PUBLISH = """
 import sys, time
-import crawler.bundle as b
+import archive.bundle.export as b
 real = b._write_exchange
 def slow(*a, **k):
     time.sleep(0.05)
@@ -491,7 +491,7 @@ def test_a_bundle_does_not_carry_the_publishers_paths(demo, tmp_path):
     their names alone; the bundle still verifies."""
     import shutil
 
-    from crawler.runs import import_run
+    from archive.runs import import_run
     from store.db import open_database
 
     where = tmp_path / "secret-home" / "lists"

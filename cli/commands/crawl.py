@@ -110,7 +110,7 @@ def crawl_cmd(
     """Crawl remote engines, paced and resumable; safe to kill and to run again (cron-friendly exit codes)."""
     from crawler.fetch import RetryPolicy
     from crawler.pacing import parse_rate
-    from crawler.run import CrawlOptions, Reporter, RichReporter, run_crawl, summary_lines
+    from crawler.crawl import CrawlOptions, Reporter, RichReporter, run_crawl, summary_lines
     from engines.registry import ENGINES
 
     names = [e.lower() for e in engines]

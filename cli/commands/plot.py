@@ -47,7 +47,7 @@ def plot_command(
         doc = score(get_db(ctx), bench, corpus=corpus, subset=subset, systems=system or None, slice=slice_,
                     uncovered=uncovered, answered_by=answered_by).to_json()
     if published and "published" not in doc:
-        from scoring.published import attach
+        from scoring.reference_rows import attach
 
         attach(doc)
     elif not published:

@@ -39,7 +39,7 @@ def publish_cmd(
     epoch: Optional[str] = typer.Option(None, "--epoch", help="Epoch per configuration: newest (default), all, a number or label."),
 ) -> None:
     """Score and write one WARC/1.1 file holding everything the scores need: exchanges, runs, benchmark, claim."""
-    from scoring.publish import publish_bundle, score_options
+    from pipelines.publish import publish_bundle, score_options
 
     snapshots = {}
     for item in snapshot:
@@ -57,6 +57,11 @@ def publish_cmd(
     info(f"wrote {s.path}: {len(s.claim['systems'])} systems ({s.remote_systems} remote with {s.exchanges:,} exchanges, "
          f"{s.runs} run(s)), corpus {'embedded' if s.corpus_embedded else 'named by sha256'}, {s.bytes:,} bytes "
          f"in {time.perf_counter() - t0:.1f}s")
+    if not s.corpus_embedded:
+        from pipelines.corpus_hint import publish_notes
+
+        for note in publish_notes(s.corpora, s.path):
+            info(note)
     typer.echo(f"sha256 {s.sha256}  {s.path}")
     typer.echo(f"verify: engines verify {s.path}")
 
@@ -68,7 +73,7 @@ def verify_cmd(
     db: Optional[str] = typer.Option(None, "--db", help="An EMPTY database to verify in (default: a temporary SQLite file)."),
 ) -> None:
     """Re-derive every figure of a published leaderboard offline; exit 0 if all are equal, 1 if not, 2 if it cannot."""
-    from scoring.verify import verify_bundle
+    from pipelines.verify import verify_bundle
 
     root = ctx.find_root()
     if db is None and root.get_parameter_source("db") == ParameterSource.COMMANDLINE:
@@ -83,11 +88,11 @@ def verify_cmd(
     except Exception as exc:  # noqa: BLE001 - a bug is not a verdict either
         import os
 
-        from cli.main import DEBUG_ENV, _unexpected
+        from cli.main import DEBUG_ENV, unexpected_line
 
         if os.environ.get(DEBUG_ENV):
             raise
-        typer.echo(_unexpected(exc), err=True)
+        typer.echo(unexpected_line(exc), err=True)
         raise typer.Exit(2) from None
     seconds = time.perf_counter() - t0
     if not report.differences:

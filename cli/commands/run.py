@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from cli.commands.common import get_db, info, progress_counter
+from cli.commands.common import get_db, info, progress_counter, sized, slow_progress
 from store.text import escaped
 
 run_app = typer.Typer(
@@ -113,10 +113,12 @@ def run_import_cmd(
         None, "--depth", help="Names each query was asked for: metrics at k > depth are undefined (default: the longest list)."),
 ) -> None:
     """Import a run file as a system row (engine `run`, badge `imported`), scored like any other."""
-    from crawler.runs import import_run
+    from archive.runs import import_run
 
     db = get_db(ctx)
-    res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos, order=order, depth=depth)
+    with slow_progress(f"importing run {sized(file)}"):
+        res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos, order=order,
+                         depth=depth)
     p = res.parsed
     via = f", DOCNOs read through {p.docnos}" if p.docnos else ""
     by = ", ordered by score" if p.order == "score" else ""
@@ -156,7 +158,7 @@ def run_drop_cmd(
     name: str = typer.Argument(..., help="The --name an imported run was given."),
 ) -> None:
     """Remove an imported run (its configurations, answers and hits) in one transaction."""
-    from crawler.runs import drop_run
+    from archive.runs import drop_run
 
     res = drop_run(get_db(ctx), name)
     info(f"dropped run {escaped(name)}: {res.configs} configuration(s), {res.answers} answers, {res.hits} hits")

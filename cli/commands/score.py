@@ -194,7 +194,7 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"{bench}: no system has answers for these queries yet "
                              f"(crawl or run a local engine first, e.g. `engines run bm25 --bench {bench}`)")
         if published:
-            from scoring.published import attach
+            from scoring.reference_rows import attach
 
             attach(doc)
         to_stdout = json_path is not None and str(json_path) == "-"

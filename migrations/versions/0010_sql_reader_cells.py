@@ -5,9 +5,9 @@ Revises: 0009
 Create Date: 2026-12-04 10:00:00
 
 On PostgreSQL the reader function ``engines_sql_select`` is re-created by
-``store.reader.setup_reader``: it cuts a cell at the number of characters the caller sets
+``store.sql.readonly.setup_reader``: it cuts a cell at the number of characters the caller sets
 in ``engines.cell_chars`` (``engines sql --max-width``; 0 there means whole values up to
-``store.reader.MAX_CELL_CHARS``), shares ``ROW_CHARS`` between the cells of a long row, and
+``store.sql.readonly.MAX_CELL_CHARS``), shares ``ROW_CHARS`` between the cells of a long row, and
 refuses the functions that run a query given as a string (``query_to_xml`` and its kin,
 ``cursor_to_xml``, ``ts_stat``, ``ts_rewrite``), in which an advisory-lock call could hide
 (issue 31). A database still at 0009 keeps cutting every cell at 65,536 characters.
@@ -27,7 +27,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    from store.reader import FIX_HINT, setup_reader
+    from store.sql.readonly import FIX_HINT, setup_reader
 
     problem = setup_reader(op.get_bind())
     if problem is not None:
