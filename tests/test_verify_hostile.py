@@ -432,7 +432,7 @@ def test_an_embedded_corpus_line_nested_100000_deep_is_one_line(demo, tmp_path):
     bad = write_records(tmp_path / "deep.warc.gz", recs + [resource("corpus", corpus, meta=meta)])
     r = engines("verify", bad)
     line = one_line(r)
-    assert r.code == 2 and "nests" in line and "deep" in line, r.err
+    assert r.code == 2 and "deep" in line, r.err
 
 
 @pytest.mark.parametrize("spec", ["..", "a\0b.txt", "../../escape.txt", "/etc/passwd"])
