@@ -84,7 +84,7 @@ def test_a_gz_run_file_of_millions_of_blank_lines_is_read_in_bounded_memory(sqli
 def test_a_run_file_of_more_rows_than_the_bound_is_refused_in_one_line(sqlite_url, tmp_path, monkeypatch):
     """Rows are kept until the whole file is checked: their number is bounded
     (``MAX_RUN_ROWS``, 2 million; an import at the cap stays under 1.5 GB; scaled down here)."""
-    import crawler.run_file as run_file
+    import archive.run_file as run_file
 
     monkeypatch.setattr(run_file, "MAX_RUN_ROWS", 50_000)
     monkeypatch.setattr(run_file, "READ_BYTES", 64 * 1024)
@@ -101,7 +101,7 @@ def test_a_run_file_of_more_rows_than_the_bound_is_refused_in_one_line(sqlite_ur
 
 
 def test_line_numbers_and_lengths_hold_across_read_blocks(sqlite_url, tmp_path, monkeypatch):
-    import crawler.run_file as run_file
+    import archive.run_file as run_file
 
     monkeypatch.setattr(run_file, "READ_BYTES", 7)
     monkeypatch.setattr(run_file, "MAX_LINE_BYTES", 40)
@@ -154,7 +154,7 @@ def test_two_imports_of_the_same_file_at_once_second_says_so(any_db_url, tmp_pat
     path = tmp_path / "run.trec"
     path.write_text("".join(f"q{q} Q0 N{q}.{r} {r} {100 - r} t\n" for q in range(2000) for r in range(1, 40)))
     barrier = threading.Barrier(2)
-    import crawler.runs as runs
+    import archive.runs as runs
 
     real = runs.parse_run
 
