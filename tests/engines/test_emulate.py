@@ -50,7 +50,7 @@ EXPECTED = {
 }
 # Every registered engine has a stand-in: the parametrisation derives from the registry.
 # Request-level round trips of a bare request: the MCP engines need a session first, and
-# are proven through the crawler (and the SDK's own client) in tests/test_mcp.py.
+# are proven through the crawler (and the SDK's own client) in tests/crawler/test_mcp.py.
 ENGINES = [name for name, cls in REGISTRY.items() if cls.stand_in and not hasattr(cls, "build_call")]
 
 

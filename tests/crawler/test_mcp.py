@@ -29,8 +29,8 @@ from engines.registry import get_adapter
 from scoring.results import score
 from store.db import open_database
 from store.models import Answer, EngineConfig, Exchange, Hit
-from tests.epoch_support import load_mpr_and_slice
-from tests.test_crawl import Quiet, _load_mpr
+from tests.support.crawl import Quiet, _load_mpr
+from tests.support.epochs import load_mpr_and_slice
 
 RATE = Rate(200, 1.0)
 POLICY = RetryPolicy(max_attempts=8, backoff_initial=0.01, backoff_max=0.05, outage_initial=0.05, outage_max=0.2)
@@ -248,9 +248,10 @@ def test_sse_split_across_reads_and_an_expired_session_reopened_once(sqlite_url,
         srv.api.split_sse = True
 
         def expire_at_20(texts, req):
-            seen.extend(texts)
-            if len(seen) == 20:
-                srv.api.expire_sessions()
+            if texts:
+                seen.extend(texts)
+            if texts and len(seen) == 20:  # the server ends the session this call carries
+                srv.api.expired.add(req.headers["mcp-session-id"])
             return None
         srv.canned = expire_at_20
         summary, rep = crawl(sqlite_url, "leanexplore-mcp", srv)
@@ -307,7 +308,7 @@ def test_leanexplore_mcp_100_queries_under_a_budget_counting_every_post():
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, str(root / "perf" / "mcp_posts.py"), "--period", "3"],
                           capture_output=True, text=True, timeout=300, cwd=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
