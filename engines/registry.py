@@ -14,8 +14,11 @@ import importlib
 from typing import Any
 
 from engines.leanexplore import LeanExploreAdapter
+from engines.leandex import LeanDexAdapter
 from engines.leanfinder import LeanFinderAdapter
+from engines.leanpremise import LeanPremiseAdapter
 from engines.leansearch import LeanSearchAdapter
+from engines.leansearch_ps import LeanSearchPSAdapter
 from engines.leanstatesearch import LeanStateSearchAdapter
 from engines.loogle import LoogleAdapter
 from engines.remote import RemoteAdapter
@@ -34,12 +37,12 @@ def register(cls: type[RemoteAdapter]) -> type[RemoteAdapter]:
     """
     name = cls.engine
     problems = []
-    if not name or name != name.lower() or not name.isidentifier():
-        problems.append(f"engine name {name!r} must be a lower-case identifier")
+    if not name or name != name.lower() or not name.replace("-", "_").isidentifier() or name[-1] == "-":
+        problems.append(f"engine name {name!r} must be lower-case letters, digits, _ and -")
     if not cls.display_name:
         problems.append("no display_name")
-    if not cls.DEFAULT_URL or not getattr(cls, "defaults", None):
-        problems.append("no DEFAULT_URL or defaults")
+    if not (cls.DEFAULT_URL or cls.run_hint) or not getattr(cls, "defaults", None):
+        problems.append("no DEFAULT_URL (or run_hint for a self-hosted engine) or defaults")
     if cls.transport not in TRANSPORTS:
         problems.append(f"transport {cls.transport!r} is not one of {', '.join(TRANSPORTS)}")
     if cls.stand_in and cls.stand_in.count(":") != 1:
@@ -59,6 +62,9 @@ register(LeanExploreAdapter)
 register(LeanFinderAdapter)
 register(LoogleAdapter)
 register(LeanStateSearchAdapter)
+register(LeanPremiseAdapter)
+register(LeanSearchPSAdapter)
+register(LeanDexAdapter)
 
 
 def engine_list(last: str = ", ") -> str:
@@ -118,7 +124,7 @@ def adapter_for_config(engine: str, params: dict[str, Any] | None, endpoint_vers
         raise InputError(f"no adapter for engine {engine!r}; known engines: {', '.join(ENGINES)}")
     params = dict(params or {})
     stored_endpoint = params.get("endpoint_version", endpoint_version)
-    base_url = params.get("base_url") or cls.DEFAULT_URL
+    base_url = params.get("base_url") or cls.DEFAULT_URL or None
     adapter = cls(base_url, **{k: v for k, v in params.items() if k not in IDENTITY_ONLY})
     if stored_endpoint is not None and stored_endpoint != adapter.endpoint_version:
         raise InputError(f"{engine}: stored endpoint {stored_endpoint!r}, the adapter speaks "

@@ -37,6 +37,9 @@ class Reply:
     content_type: str = JSON
     headers: dict[str, str] = field(default_factory=dict)
     served: bool = False  # a well-formed search answer (counted in stats.served)
+    # Sent as these pieces, one write each with a pause between, chunked transfer encoding
+    # (a streaming server: an SSE stream whose framing is split across the client's reads).
+    chunks: list[bytes] | None = None
 
 
 @dataclass
