@@ -53,7 +53,12 @@ class RemoteAdapter:
     engine: str = ""  # registry name, e.g. "leansearch" (also ENGINES_<NAME>_URL)
     display_name: str = ""  # as people write it: "Lean Finder" (labels, --system matching)
     summary: str = ""  # one line for help texts and docs
-    DEFAULT_URL: str = ""  # the public service
+    DEFAULT_URL: str = ""  # the public service (where a crawl goes without --url)
+    # The URL an identity without ``base_url`` means (default: DEFAULT_URL). When the default
+    # moves to another server, the old one stays here, so archived configurations keep
+    # their identities and the new default's configurations record their base_url.
+    IDENTITY_URL: str = ""
+    KNOWN_URLS: tuple[str, ...] = ()  # other public servers of the same service
     defaults: EngineDefaults  # courtesy rate, timeout, result cap, batch size, results per query
     transport: str = "http"  # how requests travel (the crawler speaks "http")
     stand_in: str = ""  # "module:Class" of its loopback stand-in API (engines.emulate.apis.EngineAPI)
@@ -107,6 +112,11 @@ class RemoteAdapter:
         """``ENGINES_<NAME>_URL`` (``-`` in the name becomes ``_``)."""
         return f"ENGINES_{cls.engine.upper().replace('-', '_')}_URL"
 
+    @classmethod
+    def stored_url(cls) -> str:
+        """The base URL of a stored configuration that records none (:attr:`IDENTITY_URL`)."""
+        return (cls.IDENTITY_URL or cls.DEFAULT_URL).rstrip("/")
+
     @property
     def host(self) -> str:
         # host[:port] only: credentials in --url (user:password@) are sent, never stored
@@ -122,7 +132,7 @@ class RemoteAdapter:
         }
         # A stand-in or mirror must never share cache rows with the public service. The
         # identity is stored and shown (params, label): credentials in the URL stay out.
-        if self.base_url != self.DEFAULT_URL.rstrip("/"):
+        if self.base_url != self.stored_url():
             ident["base_url"] = redact_url(self.base_url)
         return ident
 

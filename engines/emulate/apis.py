@@ -284,13 +284,14 @@ class LeanFinderAPI(EngineAPI):
             items = finish_items(items, mods, "url", "link")
         else:
             items = [{
+                "score": round(float(score), 6),
                 "formal_name": r.name,
                 "informal_name": r.get("informal_name") or "",
                 "kind": r.get("kind") or "",
                 "type": r.get("type") or (r.get("signature") or "").strip(),
                 "informal_description": r.get("informal_description") or "",
                 "path": "/".join(r.module_parts),
-            } for r, _ in ranked]
+            } for r, score in ranked]
             items = finish_items(items, mods, self.name_key, self.drift_key)
         return jreply(200, {"results": items}, served=True)
 
