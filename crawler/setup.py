@@ -53,10 +53,14 @@ def resolve_engines(db, opts: CrawlOptions, worker: str) -> list[CrawlEngine]:
             params["num_results"] = opts.num_results
         if opts.timeout is not None:
             params["timeout"] = opts.timeout
+        params.update(opts.params.get(name, {}))
         adapter = get_adapter(name, base_url=opts.urls.get(name), **params)
         check_secrets_over_tls(adapter)
         ident = adapter.identity()
         label = name if adapter.num_results == adapter.defaults.num_results else f"{name}@{adapter.num_results}"
+        changed = {k: v for k, v in opts.params.get(name, {}).items() if k in adapter.PARAMS}
+        if changed:
+            label += " " + " ".join(f"{k}={v}" for k, v in changed.items())
         if name in opts.stand_ins:
             ident.pop("base_url", None)
             ident["stand_in"] = opts.stand_ins[name]

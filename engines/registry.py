@@ -66,6 +66,42 @@ register(LeanPremiseAdapter)
 register(LeanSearchPSAdapter)
 register(LeanDexAdapter)
 
+ENTRY_POINT_GROUP = "engines.adapters"
+ORIGINS: dict[str, str] = {}  # engine → the distribution that registered it (absent: built in)
+PLUGIN_ERRORS: list[str] = []  # one line per entry point that could not be registered
+
+
+def load_plugins() -> None:
+    """Register the adapters other packages declare in the ``engines.adapters`` entry-point
+    group (``name = "package.module:AdapterClass"``; the name must be the class's ``engine``).
+
+    A plug-in that fails to import or to register is left out with one line in
+    :data:`PLUGIN_ERRORS` (``engines list`` shows them): a broken package never stops
+    the built-in engines."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(getattr(ep, "dist", None), "name", None) or ep.module.split(".")[0]
+        try:
+            cls = ep.load()
+            if getattr(cls, "engine", None) != ep.name:
+                raise ValueError(f"entry point name {ep.name!r} is not the class's engine {getattr(cls, 'engine', None)!r}")
+            if ENGINES.get(ep.name) is cls:
+                continue
+            register(cls)
+        except Exception as exc:  # noqa: BLE001 - one line, the rest still load
+            PLUGIN_ERRORS.append(f"{ENTRY_POINT_GROUP} {ep.name} = {ep.value} ({dist}): {type(exc).__name__}: {exc}"[:300])
+            continue
+        ORIGINS[ep.name] = dist
+
+
+def origin(engine: str) -> str:
+    """``"built-in"``, or the distribution whose entry point registered ``engine``."""
+    return ORIGINS.get(engine, "built-in")
+
+
+load_plugins()
+
 
 def engine_list(last: str = ", ") -> str:
     """The registered names for a help text: ``"a, b, c"``, or ``"a, b or c"`` with ``last=" or "``."""
