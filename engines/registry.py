@@ -160,7 +160,9 @@ def adapter_for_config(engine: str, params: dict[str, Any] | None, endpoint_vers
         raise InputError(f"no adapter for engine {engine!r}; known engines: {', '.join(ENGINES)}")
     params = dict(params or {})
     stored_endpoint = params.get("endpoint_version", endpoint_version)
-    base_url = params.get("base_url") or cls.stored_url() or None
+    # A self-hosted engine's stand-in configuration (the demo's) records no base URL and the
+    # engine has no public one: parsing needs none, so a loopback placeholder.
+    base_url = params.get("base_url") or cls.stored_url() or "http://127.0.0.1"
     adapter = cls(base_url, **{k: v for k, v in params.items() if k not in IDENTITY_ONLY})
     if stored_endpoint is not None and stored_endpoint != adapter.endpoint_version:
         raise InputError(f"{engine}: stored endpoint {stored_endpoint!r}, the adapter speaks "

@@ -22,8 +22,17 @@ from engines.emulate.scorer import Row
 EVENT_STREAM = "text/event-stream"
 
 
-def split_odd(body: bytes, sizes: tuple[int, ...] = (7, 1, 13, 2, 31, 5)) -> list[bytes]:
-    """``body`` in pieces of cycling odd sizes (a CR and its LF end up in different pieces)."""
+def split_odd(body: bytes, sizes: tuple[int, ...] = (7, 1, 13, 2, 31, 5, 997, 1499)) -> list[bytes]:
+    """``body`` in pieces of cycling odd sizes, small ones through lines and between events'
+    CR and LF, large ones so that a long stream costs few pauses; the first event's CRLF is
+    always cut between its CR and its LF."""
+    first = body.find(b"\r\n")
+    if 0 <= first:
+        return [body[:first + 1]] + _pieces(body[first + 1:], sizes)
+    return _pieces(body, sizes)
+
+
+def _pieces(body: bytes, sizes: tuple[int, ...]) -> list[bytes]:
     out, i, k = [], 0, 0
     while i < len(body):
         n = sizes[k % len(sizes)]
