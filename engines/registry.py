@@ -100,8 +100,6 @@ def origin(engine: str) -> str:
     return ORIGINS.get(engine, "built-in")
 
 
-load_plugins()
-
 
 def engine_list(last: str = ", ") -> str:
     """The registered names for a help text: ``"a, b, c"``, or ``"a, b or c"`` with ``last=" or "``."""
@@ -168,3 +166,8 @@ def adapter_for_config(engine: str, params: dict[str, Any] | None, endpoint_vers
         raise InputError(f"{engine}: stored endpoint {stored_endpoint!r}, the adapter speaks "
                          f"{adapter.endpoint_version!r}")
     return adapter
+
+
+# Last, once every name above exists: a plug-in's module may import engines.emulate (its
+# stand-in), which imports this module back.
+load_plugins()
