@@ -92,6 +92,14 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from engines import code_version
+
+        typer.echo(f"engines {code_version()}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
@@ -99,6 +107,8 @@ def _root(
         None, "--db", envvar="ENGINES_DATABASE_URL", show_envvar=True,
         help="Database URL (default sqlite:///cache.db in the working directory).",
     ),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                 help="Print the version (and the git commit of a checkout) and exit."),
 ) -> None:
     ctx.ensure_object(dict)
     ctx.obj["db_url"] = db

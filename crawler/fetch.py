@@ -43,12 +43,14 @@ import httpx
 import sqlalchemy as sa
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
-from crawler.outcome import FAILED, OUTAGE, REFUSED, Outcome, Parsed, failure, write_outcomes
-from crawler.outcome import outcome as parse_outcome
+from archive.outcome import FAILED, OUTAGE, REFUSED, Outcome, Parsed, failure, write_outcomes
+from archive.outcome import outcome as parse_outcome
 from crawler.pacing import Pacer
 from crawler.retry import RETRY_AFTER_MAX, EngineBroken, Retryable, RetryPolicy, Wait, parse_retry_after  # noqa: F401
+from crawler.retry import one_prefix
 from crawler.writer import DirectWriter, Writer
 from engines.base import redact_headers, redact_url
+from engines.offline import is_dns_failure
 from store.db import machine_error
 from store.models import Exchange
 from store.text import clean_text
@@ -140,7 +142,7 @@ class Fetcher:
         self.crawl_id = crawl_id
         self.policy = policy or RetryPolicy()
         self.sleep = sleep or pacer.clock.sleep
-        self.on_event = on_event or (lambda _m: None)
+        self.on_event = one_prefix(adapter.engine, on_event or (lambda _m: None))
         self.rng = random.Random(seed)
         # Called (in a thread) after every pacer grant with the batch's shas; returns the
         # shas still to send. The crawl run passes WorkQueue.keep_due: it renews the leases
@@ -297,6 +299,9 @@ class Fetcher:
                 err = clean_text(f"{type(exc).__name__}: {exc}".strip().rstrip(":"))
             await self._store(self._exchange(request, body_out, texts, attempt, sent_wall, elapsed,
                                              transport_error=err))
+            if is_dns_failure(exc):  # no network, or a wrong URL: retrying changes nothing
+                raise EngineBroken(f"{self.adapter.engine}: host {self.adapter.host} does not resolve ({err}); "
+                                   "no network? not retried: run the same command again when online")
             self._failure(err)
             self.on_event(f"{self.adapter.engine}: attempt {attempt}: {err}")
             raise Retryable(err) from None
@@ -367,7 +372,7 @@ class Fetcher:
 
     async def _answer(self, exchange: dict[str, Any], headers: dict, items: list[tuple[str, str]], attempt: int,
                       outcome: FetchOutcome, elapsed: float) -> None:
-        """A 2xx body: its outcome (:func:`crawler.outcome.outcome`) committed with its exchange
+        """A 2xx body: its outcome (:func:`archive.outcome.outcome`) committed with its exchange
         in one transaction: an answer never exists without its archived body, and a parser
         that crashes (a bug, or a body it cannot take) leaves the exchange archived with a
         failed outcome (retried like a parse error; `engines reparse` once the bug is fixed)."""

@@ -19,7 +19,8 @@ class CrawlLock:
     """An exclusive lock file next to a SQLite cache: one crawler per file.
 
     ``flock`` is released by the kernel when the process dies (even ``kill -9``), so a
-    stale file never blocks a restart.
+    stale file never blocks a restart; a crawl that ends removes it (and .gitignore
+    ignores ``*.crawl.lock``).
     """
 
     def __init__(self, db_path: str) -> None:
@@ -27,22 +28,38 @@ class CrawlLock:
         self.fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "another process"
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "another process"
+                os.close(fd)
+                raise AlreadyCrawling(
+                    f"already crawling: {holder} holds {self.path}; wait for it to finish "
+                    "(one crawler per SQLite file; use PostgreSQL for several workers)"
+                ) from None
+            # The file is removed at release: a lock taken on a file the previous holder had
+            # just removed is a lock on nothing; take it again on the file now at the path.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
             os.close(fd)
-            raise AlreadyCrawling(
-                f"already crawling: {holder} holds {self.path}; wait for it to finish "
-                "(one crawler per SQLite file; use PostgreSQL for several workers)"
-            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
         self.fd = fd
 
     def release(self) -> None:
+        """Remove the lock file, then unlock: removed while still held, so no other crawler
+        can hold a lock on the removed file while a third creates a new one."""
         if self.fd is not None:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass  # a read-only directory: the file stays, unlocked, as before
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None

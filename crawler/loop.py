@@ -18,17 +18,16 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from crawler.fetch import EngineBroken, Fetcher
-from crawler.options import CrawlOptions
 from crawler.pacing import DeadlineReached
 from crawler.plan import Counts
 from crawler.progress import Reporter
 from crawler.setup import CrawlEngine
 
 
-def texts_to_send(eng: CrawlEngine, opts: CrawlOptions) -> int:
+def texts_to_send(eng: CrawlEngine, limit: int | None) -> int:
     """Texts this run will still send: the due ones, capped by what ``--limit`` leaves."""
     pending = eng.result.counts.pending
-    return pending if opts.limit is None else max(0, min(pending, opts.limit - eng.result.sent_texts))
+    return pending if limit is None else max(0, min(pending, limit - eng.result.sent_texts))
 
 
 # observed time per exchange is longer than the pacing interval (a limit above 1/latency).
@@ -57,14 +56,18 @@ class _Loop:
 
 
 class EngineLoop:
-    """One engine's request loops (asyncio tasks) in a crawl run: ``await EngineLoop(...).run()``."""
+    """One engine's request loops (asyncio tasks) in a crawl run: ``await EngineLoop(...).run()``.
 
-    def __init__(self, db, eng: CrawlEngine, fetcher: Fetcher, opts: CrawlOptions, reporter: Reporter,
-                 stop_at: float | None, pauses: dict[str, float | None] | None = None) -> None:
+    ``limit``: texts this run sends at most (``--limit``); ``concurrency``: requests in
+    flight (None: grown from 1 up to AUTO_CONCURRENCY_MAX)."""
+
+    def __init__(self, db, eng: CrawlEngine, fetcher: Fetcher, reporter: Reporter,
+                 stop_at: float | None, pauses: dict[str, float | None] | None = None, *,
+                 limit: int | None = None, concurrency: int | None = None) -> None:
         self.db = db
         self.eng = eng
         self.fetcher = fetcher
-        self.opts = opts
+        self.limit = limit
         self.reporter = reporter
         self.stop_at = stop_at
         self.pauses = pauses
@@ -72,13 +75,13 @@ class EngineLoop:
         self.batch = eng.adapter.batch_size
         self.interval = fetcher.pacer.interval
         self.st = _Loop(counted_at=time.monotonic())
-        self.fixed = getattr(opts, "concurrency", None)
+        self.fixed = concurrency
         self.claim_lock = asyncio.Lock()
         self.tasks: set[asyncio.Task] = set()
 
     async def take(self, k: int) -> list[tuple[str, str]]:
         """Up to k claimed texts; one lease transaction claims for several requests."""
-        st, eng, opts = self.st, self.eng, self.opts
+        st, eng, limit = self.st, self.eng, self.limit
         async with self.claim_lock:
             if not st.buffer:
                 loops = max(1, len(self.tasks))
@@ -91,8 +94,8 @@ class EngineLoop:
                     per_request = max(self.interval, (st.cycle or math.inf) / loops)
                     ahead = max(2 * loops, math.ceil(CLAIM_AHEAD / per_request))
                 want = min(CLAIM_CHUNK, max(k, k * ahead))
-                if opts.limit is not None:
-                    want = min(want, opts.limit - st.taken)
+                if limit is not None:
+                    want = min(want, limit - st.taken)
                 if want > 0:
                     st.buffer = await asyncio.to_thread(eng.queue.claim, want)
             items, st.buffer = st.buffer[:k], st.buffer[k:]
@@ -115,15 +118,15 @@ class EngineLoop:
 
     async def loop(self) -> None:
         """One request loop: claim, fetch, record, until the engine has nothing left for it."""
-        st, opts, res = self.st, self.opts, self.res
+        st, limit, res = self.st, self.limit, self.res
         while True:
-            if opts.limit is not None and st.taken >= opts.limit:
+            if limit is not None and st.taken >= limit:
                 res.stopped = "limit"
                 return
             if self.stop_at is not None and time.time() >= self.stop_at:
                 res.stopped = "deadline"
                 return
-            k = self.batch if opts.limit is None else min(self.batch, opts.limit - st.taken)
+            k = self.batch if limit is None else min(self.batch, limit - st.taken)
             t0 = time.monotonic()
             items = await self.take(k)
             if not items:
@@ -195,7 +198,7 @@ class EngineLoop:
             # the pace it will run at within a few requests.
             loops = len(tasks) if fixed is not None else max(len(tasks), _want(st.cycle, interval))
             self.reporter.set_pace(eng.name, st.cycle / max(1, loops))
-        self.reporter.update(eng.name, self.res.counts, interval, self.batch, todo=texts_to_send(eng, self.opts),
+        self.reporter.update(eng.name, self.res.counts, interval, self.batch, todo=texts_to_send(eng, self.limit),
                              paused_until=(self.pauses or {}).get(eng.adapter.host))
         if fixed is None and outcome.answered:
             # Auto concurrency: as many requests in flight as the pacing interval fits into
@@ -248,7 +251,7 @@ class EngineLoop:
             res.counts = eng.queue.counts()
 
 
-async def watch_pauses(loops: list[EngineLoop], opts: CrawlOptions, reporter: Reporter,
+async def watch_pauses(loops: list[EngineLoop], reporter: Reporter,
                        pauses: dict[str, float | None], every: float = 0.5) -> None:
     """Read each host's pause from the pacer's ledger now and then, and refresh the
     progress lines meanwhile: a paused engine completes nothing, so without this its
@@ -266,7 +269,7 @@ async def watch_pauses(loops: list[EngineLoop], opts: CrawlOptions, reporter: Re
             eng = lp.eng
             if lp.under_way:
                 reporter.update(eng.name, eng.result.counts, lp.fetcher.pacer.interval, eng.adapter.batch_size,
-                                todo=texts_to_send(eng, opts), paused_until=pauses.get(eng.adapter.host))
+                                todo=texts_to_send(eng, lp.limit), paused_until=pauses.get(eng.adapter.host))
         await asyncio.sleep(every)
 
 

@@ -1,6 +1,6 @@
 """What a crawl run is asked to do and what it reports back: ``CrawlOptions``, one
 ``EngineResult`` per engine, the ``CrawlSummary`` and its exit codes (documented in the
-README "Crawling" section and in :mod:`crawler.run`)."""
+README "Crawling" section and in :mod:`crawler.crawl`)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from store.models import Answer, Epoch, Exchange, Query, WorkLease
+from store.models import Answer, Query, WorkLease
 
 
 def _insert(dialect: str):
@@ -41,18 +41,6 @@ def benchmark_texts(db, benchmark_id: int, all_styles: bool) -> dict[str, str]:
         for sha, text in s.execute(q):
             out.setdefault(sha, text)
         return out
-
-
-def current_epoch(db, config_id: int) -> int:
-    with db.session() as s:
-        values = [
-            s.scalar(sa.select(sa.func.max(Answer.epoch)).where(Answer.config_id == config_id)),
-            s.scalar(sa.select(sa.func.max(Exchange.epoch)).where(Exchange.config_id == config_id)),
-            s.scalar(sa.select(sa.func.max(WorkLease.epoch)).where(WorkLease.config_id == config_id)),
-            # An epoch opened (--refresh) by a run that stopped before its first lease.
-            s.scalar(sa.select(sa.func.max(Epoch.epoch)).where(Epoch.config_id == config_id)),
-        ]
-    return max((v for v in values if v is not None), default=0)
 
 
 def answered_shas(db, config_id: int, epoch: int) -> set[str]:

@@ -14,6 +14,13 @@ from crawler.plan import Counts
 from store.text import escaped
 
 
+# An ETA is shown once it rests on something: this many texts done in this run, and this
+# many seconds since the run's first progress. Before that a line shows none (it used to
+# say "ETA 10s" from the pacing bound alone, for a crawl that then took minutes).
+ETA_MIN_DONE = 3
+ETA_MIN_SECONDS = 5.0
+
+
 class EtaEstimator:
     """Seconds left for one engine: the pacing bound or the observed pace, whichever is slower.
 
@@ -30,6 +37,7 @@ class EtaEstimator:
         self.min_window = min_window
         self.clock = clock
         self._base: int | None = None  # texts completed when the run started
+        self._started: float | None = None  # when the run's progress was first observed
         self._samples: deque[tuple[float, int]] = deque()  # (time, texts completed)
         # Seconds per request as the crawl measures it (a request loop's smoothed time per
         # exchange, pacing waits included, divided by the loops running); None: unknown.
@@ -38,7 +46,7 @@ class EtaEstimator:
     def observe(self, completed: int, now: float | None = None) -> None:
         now = self.clock() if now is None else now
         if self._base is None:
-            self._base = completed
+            self._base, self._started = completed, now
             return
         if completed == (self._samples[-1][1] if self._samples else self._base):
             return  # no progress: keep the older sample, so the window spans the stall
@@ -62,6 +70,14 @@ class EtaEstimator:
         if done <= 0 or span <= 0:
             return None
         return done / span
+
+    def meaningful(self, now: float | None = None) -> bool:
+        """Whether an ETA is worth showing: :data:`ETA_MIN_DONE` texts done in this run and
+        :data:`ETA_MIN_SECONDS` since its first progress."""
+        now = self.clock() if now is None else now
+        if self._base is None or self._started is None or not self._samples:
+            return False
+        return self._samples[-1][1] - self._base >= ETA_MIN_DONE and now - self._started >= ETA_MIN_SECONDS
 
     def seconds(self, todo: int, interval: float, batch: int, now: float | None = None) -> float:
         bound = eta(todo, interval, batch)
@@ -116,20 +132,23 @@ class Reporter:
 
     def eta_text(self, engine: str, counts: Counts, interval: float, batch: int, *,
                  todo: int | None = None, paused_until: float | None = None) -> str:
-        """"ETA 3m05s" or "paused until 14:02:31"; observes the progress in ``counts``."""
+        """"ETA 3m05s", "paused until 14:02:31", or "" while the ETA is not yet meaningful
+        (:meth:`EtaEstimator.meaningful`); observes the progress in ``counts``."""
         est = self._estimators.setdefault(engine, EtaEstimator())
         est.observe(counts.answered + counts.failed)
         seconds = est.seconds(counts.pending if todo is None else todo, interval, batch)
         self.last_eta[engine] = seconds
         if paused_until is not None and paused_until > time.time():
             return f"paused until {fmt_clock(paused_until)}"
+        if not est.meaningful() and counts.pending > 0:
+            return ""
         return f"ETA {fmt_duration(seconds)}"
 
     def start(self, engine: str, counts: Counts, interval: float, batch: int, *,
               todo: int | None = None, paused_until: float | None = None) -> None:
         text = self.eta_text(engine, counts, interval, batch, todo=todo, paused_until=paused_until)
         self.log(f"{engine}: {counts.answered}/{counts.total} answered, {counts.pending} due, "
-                 f"{counts.failed} failed; {text}")
+                 f"{counts.failed} failed" + (f"; {text}" if text else ""))
         self._last[engine] = time.monotonic()
 
     def update(self, engine: str, counts: Counts, interval: float, batch: int, *,
@@ -141,7 +160,8 @@ class Reporter:
         self._paused[engine] = paused
         if now - self._last.get(engine, 0.0) >= self.every or counts.pending == 0 or new_pause:
             self._last[engine] = now
-            self.log(f"{engine}: {counts.answered}/{counts.total} answered, {counts.pending} due; {text}")
+            self.log(f"{engine}: {counts.answered}/{counts.total} answered, {counts.pending} due"
+                     + (f"; {text}" if text else ""))
 
     def close(self) -> None:
         pass

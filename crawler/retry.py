@@ -10,7 +10,7 @@ import math
 import random
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from crawler.pacing import PAUSE_MAX
 
@@ -80,3 +80,17 @@ class Wait:
         p = self.policy
         base = min(p.backoff_max, p.backoff_initial * 2 ** (retry_state.attempt_number - 1))
         return base + self.rng.uniform(0, min(base, p.backoff_initial))
+
+
+def one_prefix(engine: str, say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` with the engine named once: an adapter's message that names its engine itself
+    ("loogle: query error: …") is not shown as "loogle: loogle: query error: …"."""
+    again = re.compile(rf"(?<=: ){re.escape(engine)}: ")
+
+    def said(message: str) -> None:
+        head = f"{engine}: "
+        if message.startswith(head):
+            message = head + again.sub("", message[len(head):].removeprefix(head))
+        say(message)
+
+    return said

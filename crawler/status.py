@@ -40,7 +40,8 @@ def last_rates(db) -> dict:
 def status_rows(db, bench: str | None, all_styles: bool) -> tuple[list, list[StatusRow]]:  # noqa: ANN001
     """(remote configurations, one row per configuration x benchmark)."""
     from crawler.pacing import default_margin
-    from crawler.plan import WorkQueue, benchmark_texts, current_epoch
+    from crawler.plan import WorkQueue, benchmark_texts
+    from store.epochs import current_epoch
     from crawler.progress import eta, fmt_duration
     from engines.registry import ENGINES
     from store.models import Answer, Benchmark, EngineConfig, Query
@@ -86,7 +87,8 @@ def status_rows(db, bench: str | None, all_styles: bool) -> tuple[list, list[Sta
 
 def sample_rows(db, bench: str | None) -> list[tuple[str, str, str, str, str]] | None:  # noqa: ANN001
     """The sampled subsets (``engines crawl E --sample N``): how much of each is answered."""
-    from crawler.plan import SAMPLE_PREFIX, current_epoch, parse_sample_name
+    from crawler.plan import SAMPLE_PREFIX, parse_sample_name
+    from store.epochs import current_epoch
     from store.models import Answer, EngineConfig, Subset, SubsetMember
 
     with db.session() as s:

@@ -40,7 +40,8 @@ class LoogleAdapter(RemoteAdapter):
     endpoint_version = "get-json-q"
     # 2: tolerant items; a restarting backend is an outage, not a failed query.
     # 3: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
-    parser_version = 3
+    # 4: a query error is Loogle's text on one line, verbatim (no repr quotes or backslashes; issue 34).
+    parser_version = 4
     DEFAULT_URL = "https://loogle.lean-lang.org"
     defaults = EngineDefaults(rate=Rate(3, 30.0), timeout=20.0, result_cap=MAX_HITS, batch_size=1, num_results=MAX_HITS)
 
@@ -69,11 +70,12 @@ class LoogleAdapter(RemoteAdapter):
     def body_error(self, data: dict[str, Any]) -> str | None:
         if "error" not in data:
             return None
-        message = str(data["error"])
+        # Loogle's own words on one line, as it wrote them: no quotes or backslashes added.
+        message = _shown(data["error"])
         if is_backend_crash(message):
-            raise EngineOutage(f"loogle: backend restarting: {message!r:.300}")
+            raise EngineOutage(f"loogle: backend restarting: {message}")
         # `suggestions` are queries to try instead, never hits.
-        return f"query error: {message!r:.300}"
+        return f"query error: {message}"
 
     def items(self, data: dict[str, Any]) -> list[Any]:
         hits_in = data.get("hits")
@@ -87,6 +89,12 @@ class LoogleAdapter(RemoteAdapter):
 # "...died with code N..." (frontend-tests/test_server.py): the service is down, the
 # query is not at fault.
 _CRASH = re.compile(r"restarting|died with code", re.I)
+
+
+def _shown(value: Any, limit: int = 300) -> str:
+    """An error value as one line of at most ``limit`` characters (``…`` marks a cut)."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def is_backend_crash(message: str) -> bool:

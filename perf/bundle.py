@@ -99,13 +99,13 @@ def phase(name: str, db_path: Path, other: Path) -> dict:
                 size += len(row.response_body or b"") + len(row.request_body or b"")
         out = {"exchanges": n, "body_bytes": size}
     elif name == "export":
-        from crawler.bundle import export_bundle
+        from archive.bundle import export_bundle
 
         db = open_database(f"sqlite:///{db_path}")
         s = export_bundle(db, other)
         out = {"exchanges": s.exchanges, "bytes": s.bytes}
     elif name == "import":
-        from crawler.bundle import import_bundle
+        from archive.bundle import import_bundle
 
         db = open_database(f"sqlite:///{db_path}")
         s = import_bundle(db, other)

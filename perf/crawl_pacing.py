@@ -1,7 +1,7 @@
 """Crawl pacing efficiency: how close the crawler runs to a courtesy limit without breaking it.
 
 Two stand-in engines (LeanSearch and LeanExplore APIs) on loopback, each enforcing a
-scaled limit of 20 requests per 2 s, are crawled at once by ``crawler.run`` for 300
+scaled limit of 20 requests per 2 s, are crawled at once by ``crawler.crawl`` for 300
 MathlibQR query texts each, into a fresh SQLite cache. The stand-ins run in their own
 processes (as real servers would), so their work does not compete with the crawler for
 the GIL. Printed, per engine and together:
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import SLICE_CORPUS, shipped_path  # noqa: E402
 from crawler.pacing import default_margin, max_in_window  # noqa: E402
-from crawler.run import CrawlOptions, Reporter, run_crawl  # noqa: E402
+from crawler.crawl import CrawlOptions, Reporter, run_crawl  # noqa: E402
 from engines.base import Rate  # noqa: E402
 from engines.emulate import StandIn  # noqa: E402
 from store.benchmarks import load_benchmark_file  # noqa: E402

@@ -13,7 +13,7 @@ latency, a limit it can sustain (1000/s). Measured in one run on the same Mathli
   before it sends again (an answer counts only once it is durable; at most the in-flight
   requests are lost on ``kill -9``). No pacing, leases, answers table or parse outcomes:
   a ceiling for ``engines crawl`` on this machine, not a target;
-- crawl: ``crawler.run.run_crawl`` with the same concurrency into a fresh SQLite file, a
+- crawl: ``crawler.crawl.run_crawl`` with the same concurrency into a fresh SQLite file, a
   fresh PostgreSQL schema with one worker, and (``--workers 2``) two worker processes
   sharing that schema.
 
@@ -57,7 +57,7 @@ from benchmarks import SLICE_CORPUS, shipped_path  # noqa: E402
 from _scratch import DEFAULT_PG, scratch_url as scratch  # noqa: E402
 from crawl_pacing import _Quiet, _Server  # noqa: E402
 from crawler.plan import benchmark_texts  # noqa: E402
-from crawler.run import CrawlOptions, run_crawl  # noqa: E402
+from crawler.crawl import CrawlOptions, run_crawl  # noqa: E402
 from engines.base import Rate  # noqa: E402
 from engines.registry import get_adapter  # noqa: E402
 from store.benchmarks import find_benchmark, load_benchmark_file  # noqa: E402

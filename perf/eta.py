@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from crawler.fetch import RetryPolicy  # noqa: E402
-from crawler.run import CrawlOptions, Reporter, eta, run_crawl  # noqa: E402
+from crawler.crawl import CrawlOptions, Reporter, eta, run_crawl  # noqa: E402
 from engines.base import Rate  # noqa: E402
 from engines.emulate import FaultConfig, StandIn  # noqa: E402
 from store.benchmarks import load_benchmark_file, shipped_path  # noqa: E402

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import SLICE_CORPUS, shipped_path  # noqa: E402
 from crawler.pacing import max_in_window  # noqa: E402
-from crawler.run import CrawlOptions, run_crawl  # noqa: E402
+from crawler.crawl import CrawlOptions, run_crawl  # noqa: E402
 from engines.registry import ENGINES  # noqa: E402
 from perf.crawl_pacing import _Quiet, _Server  # noqa: E402
 from store.benchmarks import load_benchmark_file  # noqa: E402

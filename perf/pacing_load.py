@@ -1,6 +1,6 @@
 """Pacing under load: several crawl workers on PostgreSQL, a busy machine, one limited stand-in.
 
-W worker processes (default 3) crawl one LeanExplore stand-in through ``crawler.run``,
+W worker processes (default 3) crawl one LeanExplore stand-in through ``crawler.crawl``,
 sharing one PostgreSQL schema (one pacing budget per host through ``send_log`` and the
 ``host_state`` row lock). The stand-in runs in its own process and enforces n per T
 itself; one CPU-burning process per core keeps the machine busy meanwhile. Printed:
@@ -59,7 +59,7 @@ def _worker(url: str, srv_url: str, n: int, period: float, margin, limit, bench:
     """One crawl worker process; reports (grant, departure) pairs of its sends."""
     import crawler.pacing as pacing
     from crawler.fetch import RetryPolicy
-    from crawler.run import CrawlOptions, Reporter, run_crawl
+    from crawler.crawl import CrawlOptions, Reporter, run_crawl
     from engines.base import Rate
     from store.db import open_database
 

@@ -205,7 +205,7 @@ def phase(name: str, url: str, path: str) -> dict:
         db.dispose()
         out = {"exchanges": n}
     elif name == "reparse":
-        from crawler.reparse import reparse
+        from archive.reparse import reparse
         from engines.leansearch import LeanSearchAdapter
         from store.db import open_database
 
@@ -217,7 +217,7 @@ def phase(name: str, url: str, path: str) -> dict:
         out = {"exchanges": s.exchanges, "changed": r.changed, "elapsed": s.elapsed}
         db.dispose()
     elif name == "export":
-        from crawler.bundle import export_bundle
+        from archive.bundle import export_bundle
         from store.db import open_database
 
         db = open_database(url)
@@ -235,7 +235,7 @@ def phase(name: str, url: str, path: str) -> dict:
     elif name == "floor_import":
         out = _import_floor(path)
     elif name == "import":
-        from crawler.bundle import import_bundle
+        from archive.bundle import import_bundle
         from store.db import open_database
 
         db = open_database(url)
@@ -305,7 +305,7 @@ def run_import(n: int) -> None:
           f"{floor['hits']:,} hit rows)")
     print(f"  import, parse included       {imp['seconds']:7.1f} s  = {imp['seconds'] / warc['seconds']:.1f}x baseline "
           f"(target 3x; CPU {imp['cpu_s']:.1f} s)")
-    # The answers are parsed while the records are read (crawler.bundle.parse.Feed): the first line
+    # The answers are parsed while the records are read (archive.bundle.parse.Feed): the first line
     # holds most of the parse; the second the last batch, any other unparsed exchange and the commit.
     print(f"    verify + insert + parse    {imp['archive_s']:7.1f} s  = {imp['archive_s'] / warc['seconds']:.1f}x baseline")
     print(f"    last batch + commit        {imp['parse_s']:7.1f} s  = {imp['parse_s'] / warc['seconds']:.1f}x baseline")

@@ -1,4 +1,4 @@
-"""Importing a run (issue 23): ``crawler.runs.import_run`` vs its floor.
+"""Importing a run (issue 23): ``archive.runs.import_run`` vs its floor.
 
 Builds a JSONL benchmark of Q queries and a TREC run of Q × N names (names drawn from a
 pool of 50,000, as engines repeat names across queries), then times, in one scratch
@@ -37,7 +37,7 @@ from store.benchmarks import load_external, query_sha256  # noqa: E402
 from store.db import open_database  # noqa: E402
 from store.models import Answer, Hit  # noqa: E402
 from store.names import normalize_name  # noqa: E402
-from crawler.runs import import_run  # noqa: E402
+from archive.runs import import_run  # noqa: E402
 from store.writes import AnswerRow, add_answers, ensure_config, write_hit_rows  # noqa: E402
 
 

@@ -133,7 +133,7 @@ def build(url: str, n_systems: int, n_queries: int, n_hits: int, seed: int = 0) 
 # list in scoring.systems, each row's reads and its scoring in scoring.results.
 PHASES = {
     "read": (("scoring.scope", ("load_queries", "names_in_corpus")), ("scoring.systems", ("_find_systems",)),
-             ("scoring.results", ("read_positions", "resolution_counts", "_latencies"))),
+             ("scoring.results", ("read_positions", "resolution_counts", "answer_latencies"))),
     "resolve": (("scoring.results", ("resolve_hits",)),),
     "positions": (("scoring.results", ("ensure_positions",)),),
     "metrics": (("scoring.results", ("_score_system",)),),

@@ -18,7 +18,7 @@ database. Modules:
 - ``scoring.compare``: paired bootstrap comparisons (``--compare``).
 - ``scoring.export``: TREC qrels, run files and the DOCNO mapping (reversible DOCNOs).
 - ``scoring.matching``: units sharing a returned row — maximum matching for P@k, DCG, AP.
-- ``scoring.published``: published reference rows (``benchmarks/published.json``).
+- ``scoring.reference_rows``: published reference rows (``benchmarks/published.json``).
 - ``scoring.plot``: figures for papers (matplotlib, the ``plots`` extra).
 
 Public API:
@@ -26,7 +26,7 @@ Public API:
 - ``scoring.results.score(db, bench_name, corpus=None, subset=None, systems=None, by=None,
   compare=None, profile="main", *, shared_with=None, snapshots=None, styles=None,
   slice=None) -> ScoreResult``
-- ``scoring.published.attach(doc)``; ``scoring.plot.plot_curves(doc, metric, out)``
+- ``scoring.reference_rows.attach(doc)``; ``scoring.plot.plot_curves(doc, metric, out)``
 - ``ScoreResult.to_json() -> dict`` (schema ``engines.score/1``), ``ScoreResult.system(id)``
 - ``scoring.results.write_json(result, path)``
 - ``scoring.export.export_trec(db, result, out_dir) -> list[Path]``

@@ -29,7 +29,7 @@ def build_score_json(
     report`` and the demo pass their ``--published`` choice, off by default)."""
     from scoring.results import score  # the scorer (issue 5)
 
-    from scoring.published import attach
+    from scoring.reference_rows import attach
 
     result = score(db, bench, corpus=corpus, subset=subset, systems=systems or None, compare=compare,
                    profile=profile, uncovered=uncovered, answered_by=answered_by)

@@ -38,7 +38,7 @@ import sqlalchemy as sa
 
 from scoring.bootstrap import RESAMPLES, SEED, Bootstrap
 from scoring.rbo import rbo_ext
-from scoring.resolve import _chunks
+from scoring.resolve import chunked
 from store.epochs import EpochInfo, epochs_of, pick_epoch
 from store.errors import InputError
 from store.models import Answer, EngineConfig, Hit
@@ -109,7 +109,7 @@ def find_config(session, spec: str, bench_shas: Sequence[str] | None = None) -> 
     hits = match_systems(spec, rows)
     if len(hits) > 1 and bench_shas is not None:
         answered = {
-            cid for chunk in _chunks(list(bench_shas))
+            cid for chunk in chunked(list(bench_shas))
             for cid in session.execute(sa.select(Answer.config_id).where(Answer.query_sha256.in_(chunk)).distinct()).scalars()
         }
         hits = [c for c in hits if c.id in answered] or hits
@@ -126,7 +126,7 @@ def _lists(session, config_id: int, epoch: int, shas: Sequence[str]) -> dict[str
     """sha → the current answer's names in rank order (normalised when resolvable)."""
     a, h = Answer.__table__, Hit.__table__
     out: dict[str, list[str]] = {}
-    for chunk in _chunks(list(shas)):
+    for chunk in chunked(list(shas)):
         q = (
             sa.select(a.c.query_sha256, h.c.rank, sa.func.coalesce(h.c.normalized_name, h.c.name))
             .select_from(a.outerjoin(h, h.c.answer_id == a.c.id))
@@ -164,7 +164,7 @@ def drift(
 ) -> dict[str, Any]:
     """The ``engines.drift/1`` document for one configuration between two epochs."""
     from scoring.positions import load_queries
-    from scoring.results import _clean, score
+    from scoring.results import json_safe, score
     from store.benchmarks import find_benchmark
 
     b = find_benchmark(db, bench)
@@ -212,7 +212,7 @@ def drift(
         "most_changed": [r["qid"] for r in ranked[:most_changed]],
         "per_query": rows,
     }
-    return _clean(doc)
+    return json_safe(doc)
 
 
 @dataclass(frozen=True)

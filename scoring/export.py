@@ -8,7 +8,7 @@ Written so that trec_eval's numbers equal ours:
   placeholders below (which start with ``!``) can never equal a name's DOCNO.
 - ``qrels.txt``: ``QID 0 DOCNO 1`` per scored gold unit; a unit's DOCNO is its first name
   not already taken by an earlier unit of the query (``!u<j>!<name>`` if all are).
-- ``run.<tag>.txt``: ``QID Q0 DOCNO RANK SCORE TAG`` for every returned row within
+- ``run.<tag>.txt`` (``:`` in the tag is ``_`` in the file name): ``QID Q0 DOCNO RANK SCORE TAG`` for every returned row within
   k_max. trec_eval ignores the rank column and re-sorts by score, so SCORE is
   ``k_max + 1 − rank``: strictly decreasing, ties impossible. A row credited to a unit
   by the scorer's maximum matching (:mod:`scoring.matching`) carries that unit's DOCNO;
@@ -36,7 +36,7 @@ from urllib.parse import quote, unquote
 import sqlalchemy as sa
 
 from scoring.matching import match_rows
-from scoring.resolve import RESOLVED, _chunks
+from scoring.resolve import RESOLVED, chunked
 from scoring.results import ScoreResult
 from store.benchmarks import query_sha256
 from store.db import Database
@@ -103,7 +103,8 @@ def export_trec(db: Database, result: ScoreResult, out_dir: str | Path) -> list[
         ).scalar_one()
         by_qid_sha = {q["qid"]: query_sha256(q["text"]) for q in queries}
         tags: set[str] = set()
-        caps: dict[str, int | None] = {}  # run tag → the system's result cap (read back by crawler.runs)
+        files: set[str] = set()
+        caps: dict[str, int | None] = {}  # run tag → the system's result cap (read back by archive.runs)
         for system in result.systems:
             ref = system.ref
             tag = safe_token(ref.id)
@@ -112,7 +113,13 @@ def export_trec(db: Database, result: ScoreResult, out_dir: str | Path) -> list[
             tags.add(tag)
             caps[tag] = ref.result_cap
             hits = _system_hits(s, ref.config_id, ref.epoch, corpus_id, sorted(set(by_qid_sha.values())), k_max)
-            path = out / f"run.{tag}.txt"
+            # The file's name carries no ":" (a system id like dense:model has one; Windows, scp
+            # and Finder take it for something else); the tag inside the file keeps it.
+            stem = tag.replace(":", "_")
+            while stem in files:
+                stem += "_"
+            files.add(stem)
+            path = out / f"run.{stem}.txt"
             with open(path, "w", encoding="utf-8") as fh:
                 for q in queries:
                     ranked = hits.get(by_qid_sha[q["qid"]])
@@ -150,7 +157,7 @@ def _system_hits(
 ) -> dict[str, list[tuple[int, str | None, bool]]]:
     a, h = Answer.__table__, Hit.__table__
     out: dict[str, list[tuple[int, str | None, bool]]] = {}
-    for chunk in _chunks(shas):
+    for chunk in chunked(shas):
         for (sha,) in session.execute(
             sa.select(a.c.query_sha256).where(a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded)
         ):

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from scoring.metrics import K_MAX
 from scoring.positions import unit_positions
-from scoring.resolve import _chunks, resolved_clause
+from scoring.resolve import chunked, resolved_clause
 from store.models import Answer, Hit
 
 
@@ -96,7 +96,7 @@ def answer_hits(
     """
     a, h = Answer.__table__, Hit.__table__
     out: dict[str, list[tuple[int, str]]] = {}
-    for chunk in _chunks(list(shas)):
+    for chunk in chunked(list(shas)):
         ids: dict[int, str] = {}
         for aid, sha in session.execute(
             sa.select(a.c.id, a.c.query_sha256).where(

@@ -26,6 +26,7 @@ from typing import Any
 
 from scoring import view
 from store.errors import InputError
+from store.text import escaped
 
 METRICS = {"ndcg": ("nDCG", "nDCG@k"), "recall": ("R", "R@k"), "precision": ("P", "P@k"), "covered": ("Covered", "Covered@k")}
 FORMATS = (".pdf", ".png", ".svg")
@@ -37,6 +38,8 @@ RC = {
     "xtick.labelsize": 7, "ytick.labelsize": 7, "pdf.fonttype": 42, "ps.fonttype": 42,
     "svg.fonttype": "path", "axes.linewidth": 0.6, "lines.linewidth": 1.2,
     "svg.hashsalt": "engines", "path.simplify": False,
+    # Names are text: a run named "$\\frac{$" is drawn as written, not parsed as mathtext.
+    "text.parse_math": False,
 }
 
 
@@ -74,7 +77,7 @@ def legend_label(s: dict[str, Any]) -> str:
     if s.get("source"):  # an imported run: where it came from
         src = str(s["source"])
         label += f" [imported: {src if len(src) <= 40 else src[:39] + '…'}]"
-    return label
+    return escaped(label)
 
 
 def figure(doc: dict[str, Any], metric: str) -> Any:
@@ -150,7 +153,7 @@ def _draw_rows(ax: Any, systems: list[dict[str, Any]], colours: dict[str, str], 
 
 def _draw_published(ax: Any, sources: list[dict[str, Any]], key: str) -> None:
     """Published reference rows: dashed grey hollow markers at the k values they report."""
-    from scoring.published import DIFFERENT_CORPUS, curve_points
+    from scoring.reference_rows import DIFFERENT_CORPUS, curve_points
 
     g = 0
     for src in sources:
@@ -165,9 +168,9 @@ def _draw_published(ax: Any, sources: list[dict[str, Any]], key: str) -> None:
             # so a dozen reference rows do not swamp a one-column legend.
             ax.plot(xs, vs, linestyle=(0, (2, 2)), marker="o", markerfacecolor="none", markersize=2.5,
                     linewidth=0.6, color=grey,
-                    label=(f"published: {src.get('source', '')}"
+                    label=escaped(f"published: {src.get('source', '')}"
                            + (f" ({DIFFERENT_CORPUS})" if src.get("different_corpus") else "")) if first else None)
-            ax.annotate(str(row["system"]).split(" (", 1)[0], (xs[-1], vs[-1]), xytext=(2, 0),
+            ax.annotate(escaped(str(row["system"]).split(" (", 1)[0]), (xs[-1], vs[-1]), xytext=(2, 0),
                         textcoords="offset points", fontsize=4, color=grey, va="center")
             first = False
             g += 1
@@ -190,7 +193,7 @@ def _axes(ax: Any, doc: dict[str, Any], ylabel: str, kmax: int) -> None:
         title += f" · {doc['scope']['slice']['name']}"
     if view.banner(doc):
         title += f" · {view.banner(doc)}"
-    ax.set_title(title, loc="left")
+    ax.set_title(escaped(title), loc="left")
 
 
 def _metadata(suffix: str) -> dict[str, Any]:

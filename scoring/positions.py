@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from scoring.metrics import K_MAX
-from scoring.resolve import _chunks, resolved_clause
+from scoring.resolve import chunked, resolved_clause
 from store.models import Answer, GoldName, GoldUnit, Hit, Position, Query
 from store.types import utcnow
 
@@ -121,7 +121,7 @@ def _current_answers(session: Session, config_id: int, epoch: int, shas: Sequenc
     a = Answer.__table__
     answers: dict[int, str] = {}
     last_fetch = None
-    for chunk in _chunks(list(shas)):
+    for chunk in chunked(list(shas)):
         for aid, sha, fetched in session.execute(
             sa.select(a.c.id, a.c.query_sha256, a.c.fetched_at).where(
                 a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded
@@ -141,7 +141,7 @@ def _position_rows(
     h = Hit.__table__
     ranked: dict[int, list[tuple[int, str]]] = {}
     n_retrieved: dict[int, int] = {}
-    for chunk in _chunks(list(answers)):
+    for chunk in chunked(list(answers)):
         for aid, n in session.execute(
             sa.select(h.c.answer_id, sa.func.count()).where(h.c.answer_id.in_(chunk), h.c.rank <= k_max).group_by(h.c.answer_id)
         ):
@@ -187,7 +187,7 @@ def ensure_positions(
     if not force:
         stored: set[int] = set()
         oldest = None
-        for chunk in _chunks(query_ids):
+        for chunk in chunked(query_ids):
             for qid, computed in session.execute(
                 sa.select(p.c.query_id, sa.func.min(p.c.computed_at))
                 .where(p.c.config_id == config_id, p.c.epoch == epoch, p.c.corpus_id == corpus_id, p.c.query_id.in_(chunk))
@@ -201,7 +201,7 @@ def ensure_positions(
     now = utcnow()
     rows = [{"config_id": config_id, "epoch": epoch, "corpus_id": corpus_id, **r, "computed_at": now}
             for r in _position_rows(session, answers, by_sha, present, k_max)]
-    for chunk in _chunks(query_ids):
+    for chunk in chunked(query_ids):
         session.execute(
             sa.delete(p).where(
                 p.c.config_id == config_id, p.c.epoch == epoch, p.c.corpus_id == corpus_id, p.c.query_id.in_(chunk)
@@ -234,7 +234,7 @@ def read_positions(
     """Stored positions: query id → ({gold unit id: pos or None}, n_retrieved)."""
     p = Position.__table__
     out: dict[int, tuple[dict[int, int | None], int]] = {}
-    for chunk in _chunks(list(query_ids)):
+    for chunk in chunked(list(query_ids)):
         for qid, unit_id, pos, n_ret in session.execute(
             sa.select(p.c.query_id, p.c.gold_unit_id, p.c.pos, p.c.n_retrieved).where(
                 p.c.config_id == config_id, p.c.epoch == epoch, p.c.corpus_id == corpus_id, p.c.query_id.in_(chunk)

@@ -26,7 +26,8 @@ NOT_IN_CORPUS = "not_in_corpus"
 _CHUNK = 900  # stay under SQLite's bound-parameter limits on every version
 
 
-def _chunks(items: Sequence, size: int = _CHUNK) -> Iterable[Sequence]:
+def chunked(items: Sequence, size: int = _CHUNK) -> Iterable[Sequence]:
+    """``items`` in slices of at most ``size`` (900): for ``IN (...)`` lists under SQLite's parameter limit."""
     for i in range(0, len(items), size):
         yield items[i : i + size]
 
@@ -41,7 +42,7 @@ def resolve_hits(session: Session, corpus_id: int, config_id: int, epoch: int, s
         .scalar_subquery()
     )
     changed = 0
-    for chunk in _chunks(list(shas)):
+    for chunk in chunked(list(shas)):
         answers = sa.select(a.c.id).where(a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded)
         stmt = (
             sa.update(h)
@@ -75,7 +76,7 @@ def names_in_corpus(session: Session, corpus_id: int, names: Iterable[str]) -> s
     d = Declaration.__table__
     wanted = sorted(set(names))
     present: set[str] = set()
-    for chunk in _chunks(wanted):
+    for chunk in chunked(wanted):
         present.update(
             session.execute(
                 sa.select(d.c.full_name).where(d.c.corpus_id == corpus_id, d.c.full_name.in_(chunk)).distinct()
@@ -93,7 +94,7 @@ def resolution_counts(
     h, a = Hit.__table__, Answer.__table__
     out = {RESOLVED: 0, NOT_IN_CORPUS: 0}
     outcome = sa.case((resolved_clause(corpus_id), RESOLVED), else_=NOT_IN_CORPUS) if live else h.c.resolution
-    for chunk in _chunks(list(shas)):
+    for chunk in chunked(list(shas)):
         where = [a.c.config_id == config_id, a.c.epoch == epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded,
                  h.c.rank <= k_max]
         if not live:

@@ -35,7 +35,7 @@ from scoring.positions import derive_positions, ensure_positions, read_positions
 from scoring.profiles import COMPARE_METRICS, PROFILES, Profile, Ranks, RunContext, SystemContext, get_profile
 from scoring.resolve import NOT_IN_CORPUS, RESOLVED, resolution_counts, resolve_hits
 from scoring.scope import Scope, build_scope, read_name_list
-from scoring.systems import DISPLAY_NAMES, Selection, SystemRef, _dropped_items, _latencies, ambiguous, match_systems, select
+from scoring.systems import DISPLAY_NAMES, Selection, SystemRef, dropped_item_count, answer_latencies, ambiguous, match_systems, select
 from store.benchmarks import find_benchmark
 from store.corpus import pick_corpus
 from store.db import Database
@@ -101,7 +101,7 @@ class SystemScore:
             "per_query": self.per_query,
             "sample": self.sample,
             **({"uncovered": self.uncovered} if self.uncovered else {}),
-            # Imported runs (engine "run", crawler.runs): where the run came from (--source).
+            # Imported runs (engine "run", archive.runs): where the run came from (--source).
             "source": r.params.get("source") if r.engine == "run" else None,
         }
 
@@ -133,7 +133,7 @@ class ScoreResult:
 
     def to_json(self) -> dict[str, Any]:
         head = self.table_metrics[0] if self.table_metrics else None
-        return _clean(
+        return json_safe(
             {
                 "schema": SCHEMA,
                 "generated_at": self.generated_at,
@@ -182,12 +182,12 @@ def order_undefined_last(systems: list[dict[str, Any]], metric: str | None) -> l
     return defined + undefined
 
 
-def _clean(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """JSON-safe: NaN → None, numpy scalars → Python."""
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, (np.floating, float)):
         f = float(obj)
         return None if math.isnan(f) or math.isinf(f) else f
@@ -273,6 +273,8 @@ def score(
             scope = build_scope(s, bench, corp, answered=answered_texts(s, scope, answered_by, epochs), **kw)
         sel = select(s, scope, systems, pairs, epochs, snapshots)
 
+    if not sel.refs:  # nothing to score: no resampling matrix (resamples × queries) to draw
+        return _result(bench, corp, scope, prof, [], [], resamples=resamples, seed=seed)
     n = len(scope.scored)
     if n == 0 and scope.in_scope:
         raise InputError(_nothing_to_score(bench.name, corp, scope))
@@ -352,8 +354,8 @@ def _system_context(
             stored = derive_positions(s, corpus_id=corp.id, config_id=ref.config_id, epoch=ref.epoch,
                                       queries=[q for q, _ in mine], present=scope.present, k_max=run.k_max)
         res_counts = resolution_counts(s, corp.id, ref.config_id, ref.epoch, mine_shas, run.k_max, live=live is not None)
-        latencies = _latencies(s, ref, mine_shas)
-        res_counts = {**res_counts, "dropped_items": _dropped_items(s, ref, mine_shas)}
+        latencies = answer_latencies(s, ref, mine_shas)
+        res_counts = {**res_counts, "dropped_items": dropped_item_count(s, ref, mine_shas)}
         extra = recompute(s, config_id=ref.config_id, epoch=ref.epoch, affected=scope.affected, k_max=run.k_max,
                           live_corpus_id=live)
     return SystemContext(run=run, ref=ref, scored=mine, stored=stored, boot=mine_boot, dropped=mine_dropped,
@@ -376,7 +378,7 @@ def _score_system(ctx: SystemContext, profile: Profile) -> SystemScore:
         badges.append(f"k≤{cap}")
     if ctx.snapshot is not None:
         badges.append("different corpus")
-    if ref.engine == "run":  # an imported run file (crawler.runs), not measured by us
+    if ref.engine == "run":  # an imported run file (archive.runs), not measured by us
         badges.append("imported")
     if ctx.sample is not None:
         badges.append(f"n={len(scored)} sampled")

@@ -157,7 +157,7 @@ def _shared_names(session: sa.orm.Session, scope: Scope, corp: Any, shared_with:
     allowed = set(scope.present)
     sources = [f"{corp.name}@{corp.revision}"]
     for spec in shared_with:
-        label, names = _names_of(session, spec, scope.gold)
+        label, names = names_of(session, spec, scope.gold)
         allowed &= names
         sources.append(label)
     scope.desc["shared_with"] = sources
@@ -230,7 +230,7 @@ def read_name_list(path: Path) -> set[str]:
     return names
 
 
-def _names_of(session: sa.orm.Session, spec: str, gold: set[str]) -> tuple[str, set[str]]:
+def names_of(session: sa.orm.Session, spec: str, gold: set[str]) -> tuple[str, set[str]]:
     """Gold names present in a named corpus of the database, or in a name-list file."""
     path = Path(spec).expanduser()
     if path.suffix in (".txt", ".json", ".lst") or path.exists():

@@ -16,8 +16,8 @@ from typing import Any, Sequence
 import sqlalchemy as sa
 
 from engines.registry import ENGINES
-from scoring.resolve import _chunks
-from scoring.scope import Scope, _names_of
+from scoring.resolve import chunked
+from scoring.scope import Scope, names_of
 from store.errors import InputError
 from store.models import Answer, EngineConfig
 
@@ -135,7 +135,7 @@ def _find_systems(session: sa.orm.Session, shas: Sequence[str], bench: str | Non
     run only on the benchmark it was imported for (texts two benchmarks share are not enough)."""
     a, c = Answer.__table__, EngineConfig.__table__
     pairs: set[tuple[int, int]] = set()
-    for chunk in _chunks(list(shas)):
+    for chunk in chunked(list(shas)):
         pairs.update(
             (int(cid), int(ep))
             for cid, ep in session.execute(sa.select(a.c.config_id, a.c.epoch).where(a.c.query_sha256.in_(chunk), ~a.c.superseded).distinct())
@@ -241,7 +241,7 @@ def _sample_of(
         return None
     a = Answer.__table__
     answered: set[str] = set()
-    for chunk in _chunks(list(scope_shas)):
+    for chunk in chunked(list(scope_shas)):
         answered.update(session.execute(
             sa.select(a.c.query_sha256).where(a.c.config_id == ref.config_id, a.c.epoch == ref.epoch,
                                               a.c.query_sha256.in_(chunk), ~a.c.superseded)
@@ -264,16 +264,17 @@ def _snapshot_names(
             raise InputError(f"--snapshot {sid}=...: no such system (systems: {', '.join(sorted(r.id for r in refs))})")
         if len({r.config_id for r in hits}) > 1:
             raise ambiguous(f"--snapshot {sid}=...", sid, [r.id for r in hits])
-        _, names = _names_of(session, spec, gold)
+        _, names = names_of(session, spec, gold)
         for r in hits:
             out[r.id] = names
     return out
 
 
-def _latencies(session: sa.orm.Session, ref: SystemRef, shas: Sequence[str]) -> list[float]:
+def answer_latencies(session: sa.orm.Session, ref: SystemRef, shas: Sequence[str]) -> list[float]:
+    """The latencies (ms) of this system's current answers to these texts."""
     a = Answer.__table__
     out: list[float] = []
-    for chunk in _chunks(list(shas)):
+    for chunk in chunked(list(shas)):
         out.extend(
             v for v in session.execute(
                 sa.select(a.c.latency_ms).where(a.c.config_id == ref.config_id, a.c.epoch == ref.epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded)
@@ -282,7 +283,7 @@ def _latencies(session: sa.orm.Session, ref: SystemRef, shas: Sequence[str]) -> 
     return out
 
 
-def _dropped_items(session: sa.orm.Session, ref: SystemRef, shas: Sequence[str]) -> int:
+def dropped_item_count(session: sa.orm.Session, ref: SystemRef, shas: Sequence[str]) -> int:
     """Items a tolerant parse dropped from this system's current answers (issue 11)."""
     a = Answer.__table__
     return sum(
@@ -290,5 +291,5 @@ def _dropped_items(session: sa.orm.Session, ref: SystemRef, shas: Sequence[str])
             sa.select(sa.func.coalesce(sa.func.sum(a.c.dropped_items), 0)).where(
                 a.c.config_id == ref.config_id, a.c.epoch == ref.epoch, a.c.query_sha256.in_(chunk), ~a.c.superseded)
         ) or 0
-        for chunk in _chunks(list(shas))
+        for chunk in chunked(list(shas))
     )

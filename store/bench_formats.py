@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import InputError
+from store.text import clean_json, clean_text
 
 QR_STYLES = ("q1a_lean", "q1b_latex", "q1c_natural", "q2_slogan", "q3_nickname", "q4_special_case")
 MPR_STYLES = ("NL_main_result", "formal_statement")  # the first is the primary style
@@ -125,6 +126,8 @@ def read_jsonl(path: Path, what: str):
                 continue
             try:
                 obj = json.loads(raw)
+                if b"\\u" in raw:  # NUL and surrogates only come from \u escapes
+                    obj = clean_json(obj)
             except (UnicodeDecodeError, ValueError, RecursionError) as exc:
                 why = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
                 raise InputError(f"{path}:{lineno}: not a JSON line ({why}); fix or remove the line") from None
@@ -201,8 +204,21 @@ def jsonl_queries(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _inside(root: Path, path: Path) -> None:
+    """Refuses a file of a BEIR directory that is a symlink out of the directory: a loaded
+    folder is read from its own files only (a shared folder must not read /etc/passwd)."""
+    if not (path.is_symlink() or path.exists()):
+        return
+    base, real = root.resolve(), path.resolve()
+    if real != base and base not in real.parents:
+        raise InputError(f"{path}: a symlink out of the folder {root} (to {real}); bench load reads only the "
+                         "folder's own files: copy the file into the folder")
+
+
 def beir_queries(root: Path, split: str) -> tuple[list[dict[str, Any]], list[Path], dict[str, Any]]:
     queries_path, qrels_path, corpus_path = root / "queries.jsonl", root / "qrels" / f"{split}.tsv", root / "corpus.jsonl"
+    for p in (queries_path, root / "qrels", qrels_path, corpus_path):
+        _inside(root, p)
     if not queries_path.is_file():
         raise InputError(f"{root}: not a BEIR directory (no queries.jsonl); pass a BEIR directory or a JSONL benchmark file")
     if not qrels_path.is_file():
@@ -222,11 +238,11 @@ def beir_queries(root: Path, split: str) -> tuple[list[dict[str, Any]], list[Pat
         if not isinstance(meta, dict):
             raise InputError(f"{where}: 'metadata' must be an object")
         texts[qid.strip()] = (text.strip(), meta, lineno)
-    gold: dict[str, list[str]] = {}
+    gold: dict[str, dict[str, None]] = {}  # qid → its judged ids, in order (a dict: linear in ids)
     order: list[str] = []
     with open(qrels_path, encoding="utf-8-sig", errors="strict") as fh:
         try:
-            lines = fh.read().splitlines()
+            lines = clean_text(fh.read()).splitlines()
         except UnicodeDecodeError as exc:
             raise InputError(f"{qrels_path}: not UTF-8 text ({exc.reason})") from None
     for lineno, line in enumerate(lines, start=1):
@@ -246,10 +262,10 @@ def beir_queries(root: Path, split: str) -> tuple[list[dict[str, Any]], list[Pat
         if qid not in texts:
             raise InputError(f"{where}: query-id {qid!r} is not in queries.jsonl")
         if qid not in gold:
-            gold[qid] = []
+            gold[qid] = {}
             order.append(qid)
-        if value > 0 and cid not in gold[qid]:
-            gold[qid].append(cid)
+        if value > 0:
+            gold[qid][cid] = None
     files = [queries_path, qrels_path]
     mapped = False
     if corpus_path.is_file():

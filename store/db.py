@@ -25,6 +25,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
+from store.db_hints import plain_path_as_url, refuse_missing_pg_database
 from store.errors import DatabaseError
 from store.safe_upgrade import RowGuard, backup_sqlite, leftovers, migration_engine, repair_leftovers
 
@@ -37,6 +38,7 @@ _PG_MIGRATION_LOCK = 727_361_001  # pg_advisory_lock key: one migrator at a time
 def database_url(url: str | None = None) -> str:
     """The URL to use: explicit argument, then ``ENGINES_DATABASE_URL``, then the default."""
     url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    url = plain_path_as_url(url)  # `--db cache.db`, `--db /data/cache.db`: a SQLite file
     # Plain "postgresql://" would pick psycopg2, which we do not ship; psycopg 3 is the extra.
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
@@ -272,12 +274,12 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     from alembic.runtime.migration import MigrationContext
-
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def _check_reachable(engine: Engine) -> None:
+def check_reachable(engine: Engine) -> None:
+    """Connect once; an unreachable server or a non-database file is one :class:`UserError` line."""
     try:
         with engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
@@ -286,6 +288,7 @@ def _check_reachable(engine: Engine) -> None:
         if known is not None:
             raise known from None
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        refuse_missing_pg_database(engine.url, str(exc.orig or exc), redact_url(str(engine.url)))
         raise DatabaseError(
             f"cannot connect to database {redact_url(str(engine.url))}: {reason}; "
             f"check that the server is running or set {URL_ENV}"
@@ -320,9 +323,13 @@ def upgrade(engine: Engine, *, backup: bool = True, target: str = "head") -> Upg
     from alembic.script import ScriptDirectory
     from alembic.util.exc import CommandError
 
-    _check_reachable(engine)
+    check_reachable(engine)
     script = ScriptDirectory(str(MIGRATIONS_DIR))
     head = script.get_current_head() if target == "head" else target
+    if _at(engine, head):
+        # Nothing to do: no lock taken, so no other session (an engines sql query that took
+        # the migration lock's key, a crawl) can hold this command up.
+        return UpgradeResult(head, head)
     with _migration_lock(engine):
         before = current_revision(engine)
         if before is not None:
@@ -366,6 +373,15 @@ def _migrate(engine: Engine, result: UpgradeResult, target: str) -> None:
     finally:
         if sqlite:
             migrator.dispose()
+
+
+def _at(engine: Engine, head: str) -> bool:
+    """The database is at ``head`` with nothing left to heal (read without the lock: a
+    revision only moves forward, so a database at head stays there)."""
+    if current_revision(engine) != head:
+        return False
+    with engine.connect() as conn:
+        return not leftovers(conn)
 
 
 @contextmanager
@@ -436,13 +452,13 @@ def open_database(url: str | None = None, *, migrate: bool = True) -> Database:
     upgraded = None
     try:
         if ro_path is not None:
-            _check_reachable(engine)
+            check_reachable(engine)
             _check_read_only_revision(engine, ro_path)
         elif migrate:
             res = upgrade(engine)
             upgraded = res if res.changed else None
         else:
-            _check_reachable(engine)
+            check_reachable(engine)
     except BaseException:
         engine.dispose()  # no connection (nor SQLite -wal/-shm files) left open behind an error
         raise

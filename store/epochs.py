@@ -1,7 +1,7 @@
 """Epochs of a configuration: labels, start dates, and naming an epoch on the command line.
 
 An epoch is a full pass of a configuration over its query texts (``--refresh`` opens
-the next one; crawler.plan.current_epoch is the highest seen). The ``epochs`` table
+the next one; :func:`current_epoch` is the highest seen). The ``epochs`` table
 adds a label (``--epoch-label 2026-12``) and the time of its first send. Epochs that
 have no row (crawled before the table existed, written by local engines, imported
 from a bundle without one) still get a start and a label, derived from their
@@ -17,7 +17,20 @@ from typing import Sequence
 import sqlalchemy as sa
 
 from store.errors import InputError
-from store.models import Answer, Epoch, Exchange
+from store.models import Answer, Epoch, Exchange, WorkLease
+
+
+def current_epoch(db, config_id: int) -> int:
+    """The highest epoch seen in the configuration's answers, exchanges, leases or epochs (0 when new)."""
+    with db.session() as s:
+        values = [
+            s.scalar(sa.select(sa.func.max(Answer.epoch)).where(Answer.config_id == config_id)),
+            s.scalar(sa.select(sa.func.max(Exchange.epoch)).where(Exchange.config_id == config_id)),
+            s.scalar(sa.select(sa.func.max(WorkLease.epoch)).where(WorkLease.config_id == config_id)),
+            # An epoch opened (--refresh) by a run that stopped before its first lease.
+            s.scalar(sa.select(sa.func.max(Epoch.epoch)).where(Epoch.config_id == config_id)),
+        ]
+    return max((v for v in values if v is not None), default=0)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ on SQLite and PostgreSQL. The raw bytes stay archived unchanged.
 
 Printing. Control characters from remote content (a terminal escape ``ESC]0;...``, a
 carriage return that overwrites a progress line) are shown escaped (``\\x1b``, ``\\r``)
-in every table and log line, whether or not the output is a terminal. TSV and JSON
-output keep their own escaping.
+in every table and log line, whether or not the output is a terminal: :func:`escaped` is
+the one function that renders a name (a run, a benchmark style, a system id, a record
+URI) or any other remote text for a terminal. TSV fields use :func:`tsv_field` (the same
+escapes, and a backslash doubled); JSON output keeps JSON's escaping.
 """
 
 from __future__ import annotations
@@ -78,6 +80,14 @@ def escaped(s: Any) -> str:
     if not _CONTROL.search(s):
         return s
     return _CONTROL.sub(_escape, s)
+
+
+def tsv_field(s: Any) -> str:
+    """``str(s)`` as one TSV field: a backslash doubled, then tab, newline, carriage return and
+    every other control character escaped as :func:`escaped` shows them (``\\t``, ``\\n``,
+    ``\\x1b``), so a field never splits a line or a row and the text is recoverable."""
+    s = s if isinstance(s, str) else str(s)
+    return escaped(s.replace("\\", "\\\\")) if ("\\" in s or _CONTROL.search(s)) else s
 
 
 def utc_clock(t: float, now: float, *, seconds: bool = False) -> str:

@@ -19,7 +19,7 @@ import pytest
 
 from benchmarks import SLICE_CORPUS, SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION, shipped_path
 from crawler.fetch import RetryPolicy
-from crawler.run import CrawlOptions, run_crawl
+from crawler.crawl import CrawlOptions, run_crawl
 from engines.base import Rate
 from engines.emulate import FaultConfig, StandIn
 from store.benchmarks import load_benchmark_file

@@ -1,11 +1,12 @@
 """Check the package layering and the size limits of the package code.
 
 The order, lowest first: ``benchmarks`` (shipped data) and ``store`` < ``engines``
-< ``crawler`` (crawling and the archive) < ``scoring`` (scores, reports and
-figures) < ``cli`` (the command line). Every import node of every module is read,
+< ``archive`` (the parse path, WARC bundles, run files) < ``crawler`` (what is due,
+pacing, fetching, leases, writing) < ``scoring`` (scores, reports and figures) <
+``pipelines`` (demo, publish, verify) < ``cli`` (the command line). Every import node of every module is read,
 the lazy ones inside functions included, and an import may only point at its own
 package or a lower one. Inside a package, files must not import each other in a
-circle.
+circle. No module uses another module's ``_name`` (imported, or as ``module._name``).
 
 Run as a script to print the findings: ``python -m tests.layering [ROOT]``.
 """
@@ -16,8 +17,8 @@ import ast
 import sys
 from pathlib import Path
 
-RANK = {"benchmarks": 0, "store": 1, "migrations": 1, "engines": 2, "crawler": 3,
-        "scoring": 4, "cli": 5}
+RANK = {"benchmarks": 0, "store": 1, "migrations": 1, "engines": 2, "archive": 3,
+        "crawler": 4, "scoring": 5, "pipelines": 6, "cli": 7}
 PACKAGES = tuple(RANK)
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
@@ -147,6 +148,62 @@ def _scc(adj: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id] + parts[::-1])
+
+
+def private_imports(root: Path) -> list[str]:
+    """One line per use of another module's ``_name``: ``from m import _name``, or
+    ``m._name`` where ``m`` is a module of ours bound by an import. What is shared is
+    public; what starts with ``_`` stays in its module."""
+    mods = modules(root)
+    bad = []
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        is_pkg = path.name == "__init__.py"
+        bound: dict[str, str] = {}  # local name -> module of ours
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        bound[a.asname] = a.name
+                    else:
+                        bound[a.name.split(".")[0]] = a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".")
+                    base = base if is_pkg else base[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                for a in node.names:
+                    if f"{mod}.{a.name}" in mods:
+                        bound[a.asname or a.name] = f"{mod}.{a.name}"
+                    elif mod in mods and mod != name and _is_private(a.name):
+                        bad.append(f"{path.relative_to(root)}:{node.lineno}: {name} imports {mod}.{a.name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _is_private(node.attr):
+                dotted = _dotted(node.value)
+                if dotted is None or dotted.split(".")[0] not in bound:
+                    continue
+                head, _, rest = dotted.partition(".")
+                target = bound[head] + ("." + rest if rest else "")
+                if target in mods and target != name:
+                    bad.append(f"{path.relative_to(root)}:{node.lineno}: {name} uses {target}.{node.attr}")
+    return bad
+
+
 def long_files(root: Path) -> list[tuple[str, int]]:
     out = []
     for path in modules(root).values():
@@ -198,6 +255,8 @@ def main(argv: list[str]) -> int:
         print(line)
     for c in circles(root):
         print("circle:", " <-> ".join(c))
+    for line in private_imports(root):
+        print(line)
     for p, n in long_files(root):
         print(f"file {p}: {n} lines")
     for p, n in function_lengths(root):

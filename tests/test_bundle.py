@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from scoring.drift import drift
 from scoring.results import score
-from crawler.bundle import export_bundle, import_bundle
+from archive.bundle import export_bundle, import_bundle
 from store.db import open_database
 from store.models import Answer, Crawl, EngineConfig, Epoch, Exchange
 from tests.epoch_support import SECRET_FORMS, load_mpr_and_slice, two_epochs  # noqa: F401 (fixture)

@@ -17,10 +17,10 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-import crawler.bundle.records as bundle_mod
+import archive.bundle.records as bundle_mod
 from engines.base import config_hash
 from cli.main import app
-from crawler.bundle import BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_EPOCH, H_TEXTS, import_bundle
+from archive.bundle import BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_EPOCH, H_TEXTS, import_bundle
 from store.db import open_database
 from store.models import Crawl, EngineConfig, Exchange, ParseOutcome
 
@@ -185,13 +185,13 @@ def test_pairing_is_linear_in_records(tmp_path: Path, sqlite_url: str, monkeypat
                 http_headers=StatusAndHeaders("GET /a HTTP/1.1", [], is_http_request=True)))
     reads = [0]
 
-    class Counted(bundle_mod._Rec):
+    class Counted(bundle_mod.Record):
         def __getattribute__(self, name):
             if name in ("uri", "type"):
                 reads[0] += 1
             return super().__getattribute__(name)
 
-    monkeypatch.setattr(bundle_mod, "_Rec", Counted)
+    monkeypatch.setattr(bundle_mod, "Record", Counted)
     db = open_database(sqlite_url)
     try:
         s = import_bundle(db, path)

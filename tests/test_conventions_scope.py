@@ -125,7 +125,7 @@ def test_uncovered_zero_subset_of_qids_and_answered_by(cli, tmp_path):
 def test_published_row_on_another_corpus_carries_the_badge(cache, cache_url, tmp_path):
     """Legendre m1 was computed on mathlib-4280: on the slice it appears only badged
     "different corpus", in the table, the JSON, the report and the plot."""
-    from scoring.published import attach
+    from scoring.reference_rows import attach
 
     qs = bench_queries(cache, "mathlibqr")
     answer_all(cache, make_config(cache, "sys"), qs, lambda q: filler(q.id % 3) + [gold_name(q)])

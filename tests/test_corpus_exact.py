@@ -1,10 +1,10 @@
 """The fast corpus loader stores exactly what parse_row reads from each line.
 
-store.corpus_fast (the fast path) builds rows per key shape without parse_row, the loader
+store.corpus.batches (the fast path) builds rows per key shape without parse_row, the loader
 reads in a thread of its own and COPYs preformatted text on PostgreSQL. These tests load
 the real Mathlib slice (three batches) with rows of unusual shapes mixed in, and compare
 every ``declarations`` column, the row order and the corpora meta with what parse_row
-(the loader's reference, store.corpus_parse) gives for each line; on SQLite the stored
+(the loader's reference, store.corpus.rows) gives for each line; on SQLite the stored
 JSON text too. Bad lines must fail with the message a plain
 ``json.loads`` per line gives.
 """
@@ -20,8 +20,8 @@ import sqlalchemy as sa
 
 from benchmarks import SLICE_CORPUS
 from store.corpus import load_corpus
-from store.corpus_fast import BATCH_ROWS
-from store.corpus_parse import parse_row
+from store.corpus.batches import BATCH_ROWS
+from store.corpus.rows import parse_row
 from store.errors import InputError
 
 COLS = ("row", "full_name", "name", "module_name", "kind", "type", "signature", "value", "informal_name",

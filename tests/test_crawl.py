@@ -28,7 +28,7 @@ import httpx
 
 from crawler.fetch import Fetcher, RetryPolicy, parse_retry_after
 from crawler.pacing import MemoryLedger, Pacer, SharedSqlLedger, max_in_window
-from crawler.run import CrawlOptions, Reporter, _resolve_engines, run_crawl
+from crawler.crawl import CrawlOptions, Reporter, crawl_engines, run_crawl
 from engines.base import Rate
 from cli.main import app
 from engines.emulate import FaultConfig, StandIn
@@ -456,7 +456,7 @@ def _engine(url: str, srv: StandIn, worker: str, lease_ttl: float):
     db = open_database(url)
     opts = CrawlOptions(engines=["leanexplore"], bench="mathlibmpr", urls={"leanexplore": srv.url},
                         lease_ttl=lease_ttl)
-    eng = _resolve_engines(db, opts, worker)[0]
+    eng = crawl_engines(db, opts, worker)[0]
     eng.queue.seed()
     return db, eng
 

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from cli.main import app
-from scoring.demo import BANNER, DEMO_ENGINES, StepResult, DemoResult, _run_step, _Skip
+from pipelines.demo import BANNER, DEMO_ENGINES, StepResult, DemoResult, _run_step, _Skip
 from store.db import open_database
 from store.models import Answer, EngineConfig, Exchange, Query, Benchmark
 
@@ -150,7 +150,7 @@ def test_demo_rerun_fetches_nothing_again(demo_run):
     # configurations are still the same (identity without the port), so nothing is sent.
     import socket
 
-    from scoring.demo import DEMO_PORTS
+    from pipelines.demo import DEMO_PORTS
 
     held = []
     for port in DEMO_PORTS.values():
@@ -294,7 +294,7 @@ def test_demo_report_in_headless_chromium(demo_run, tmp_path):
 
 def test_dense_vectors_cached_needs_same_model_renderer_and_corpus(tmp_path, monkeypatch):
     from benchmarks import SLICE_CORPUS
-    from scoring.demo import DENSE_MODEL, dense_vectors_cached
+    from pipelines.demo import DENSE_MODEL, dense_vectors_cached
     from engines.local.render import renderer_hash
     from store.corpus import sha256_file
 
@@ -319,7 +319,7 @@ def test_demo_adds_the_dense_row_from_cached_vectors(tmp_path):
     import numpy as np
 
     from benchmarks import SLICE_CORPUS
-    from scoring.demo import DENSE_MODEL
+    from pipelines.demo import DENSE_MODEL
     from engines.local import dense
     from engines.local.render import renderer_hash
     from store.corpus import sha256_file

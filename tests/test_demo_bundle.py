@@ -29,7 +29,7 @@ TARGETS = 2
 
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory) -> tuple[Path, str]:
-    from scoring.demo import run_demo
+    from pipelines.demo import run_demo
 
     out = tmp_path_factory.mktemp("demo-bundle")
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("ENGINES_")}
@@ -50,7 +50,7 @@ def _export(url: str, out: Path) -> Path:
 def _prepare(url: str, *, corpus: bool = True) -> None:
     """What the demo scores with: MathlibQR, the slice and the demo's cut."""
     from benchmarks import SLICE_CORPUS, SLICE_CORPUS_NAME, SLICE_CORPUS_REVISION, shipped_path
-    from scoring.demo import demo_cut
+    from pipelines.demo import demo_cut
     from store.benchmarks import load_benchmark_file
     from store.corpus import load_corpus
 
@@ -108,7 +108,7 @@ def test_demo_bundle_imports_into_a_fresh_database_with_equal_scores(demo_db, tm
 
 
 def test_reparse_handles_the_demo_standin_configurations(demo_db, tmp_path, monkeypatch):
-    from crawler.reparse import reparse
+    from archive.reparse import reparse
     from engines.registry import ENGINES
 
     out, src = demo_db
@@ -127,7 +127,7 @@ def test_reparse_handles_the_demo_standin_configurations(demo_db, tmp_path, monk
     assert {r.engine for r in summary.results} == set(demo_engines())
     assert [r.skipped for r in summary.results] == [None] * len(demo_engines())
     assert all(r.exchanges > 0 and r.changed == 0 for r in summary.results)
-    from crawler.reparse import adapter_for_config
+    from archive.reparse import adapter_for_config
 
     db = open_database(f"sqlite:///{copy}")
     try:
@@ -165,7 +165,7 @@ def test_a_failing_import_leaves_the_database_as_it_found_it(demo_db, tmp_path, 
     assert _row_counts(any_db_url) == before
     # Interrupted while parsing the exchanges into answers (after they were inserted):
     # nothing stays either.
-    from crawler.bundle import import_bundle
+    from archive.bundle import import_bundle
 
     good = _export(f"sqlite:///{out / 'cache.db'}", tmp_path / "good.warc.gz")
     calls = []
@@ -174,7 +174,7 @@ def test_a_failing_import_leaves_the_database_as_it_found_it(demo_db, tmp_path, 
         calls.append(1)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("crawler.reparse.outcomes", interrupted)  # import parses with reparse's parse
+    monkeypatch.setattr("archive.reparse.outcomes", interrupted)  # import parses with reparse's parse
     db = open_database(any_db_url)
     try:
         with pytest.raises(KeyboardInterrupt):

@@ -118,15 +118,15 @@ def test_score_uses_the_newest_epoch_and_names_it(src) -> None:
 def test_refresh_if_older_opens_an_epoch_only_when_due(src, two_epochs) -> None:  # noqa: F811
     import datetime as dt
 
-    from crawler.run import CrawlOptions, _resolve_engines
+    from crawler.crawl import CrawlOptions, crawl_engines
 
     opts = CrawlOptions(engines=["leansearch"], bench="mathlibmpr", urls={"leansearch": two_epochs.base_url},
                         refresh_if_older=30 * 86400.0)
-    assert _resolve_engines(src, opts, "w")[0].epoch == 1  # epoch 1 began just now
+    assert crawl_engines(src, opts, "w")[0].epoch == 1  # epoch 1 began just now
     with src.session() as s, s.begin():
         s.get(Epoch, (1, 1)).started_at = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=31)
-    assert _resolve_engines(src, opts, "w")[0].epoch == 2  # older than 30 days: epoch 2 opens
-    assert _resolve_engines(src, opts, "w")[0].epoch == 2  # and stays current (it has no sends yet)
+    assert crawl_engines(src, opts, "w")[0].epoch == 2  # older than 30 days: epoch 2 opens
+    assert crawl_engines(src, opts, "w")[0].epoch == 2  # and stays current (it has no sends yet)
 
 
 def test_report_has_a_drift_section_linked_to_the_explorer(src, tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def _stored(db, engine: str) -> dict[str, list[tuple[int, str]]]:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_crawl_archive_reparse_export_publish(engine, any_db_url, tmp_path, capsys):
     from crawler.fetch import RetryPolicy
-    from crawler.run import CrawlOptions, run_crawl
+    from crawler.crawl import CrawlOptions, run_crawl
     from engines.base import Rate
     from engines.emulate import FaultConfig, StandIn
     from engines.registry import get_adapter

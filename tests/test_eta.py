@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from crawler.run import AUTO_CONCURRENCY_MAX, CrawlOptions, EtaEstimator, Reporter, eta, run_crawl
+from crawler.crawl import AUTO_CONCURRENCY_MAX, CrawlOptions, EtaEstimator, Reporter, eta, run_crawl
 from crawler.fetch import RetryPolicy
 from crawler.plan import Counts
 from engines.base import Rate
@@ -71,11 +71,40 @@ def test_estimator_window_forgets_an_old_pace() -> None:
     assert est.observed_rate(0.001) == pytest.approx(0.1)
 
 
+def test_no_eta_until_it_is_meaningful() -> None:
+    """Issue 34: no "ETA 10s" from the pacing bound alone at the start: an ETA is shown once
+    ETA_MIN_DONE texts are done in this run and ETA_MIN_SECONDS have passed."""
+    from crawler.progress import ETA_MIN_DONE, ETA_MIN_SECONDS
+
+    clock = Clock()
+    out = io.StringIO()
+    rep = Reporter(stream=out, every=0.0)
+    rep._estimators["e"] = EtaEstimator(clock=clock)
+    rep.start("e", Counts(100, 0, 0), 0.1, 1)
+    t0 = clock.t
+    for done in range(1, ETA_MIN_DONE + 1):
+        clock.t += 0.1
+        rep.update("e", Counts(100, done, 0), 0.1, 1)
+    clock.t = t0 + ETA_MIN_SECONDS - 0.5
+    rep.update("e", Counts(100, ETA_MIN_DONE + 1, 0), 0.1, 1)  # enough texts, too early
+    clock.t = t0 + ETA_MIN_SECONDS + 0.5
+    rep.update("e", Counts(100, ETA_MIN_DONE + 2, 0), 0.1, 1)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "e: 0/100 answered, 100 due, 0 failed"
+    assert all("ETA" not in line for line in lines[:-1]), lines
+    assert re.fullmatch(r"e: 5/100 answered, 95 due; ETA \w+", lines[-1]), lines[-1]
+
+
 def test_reporter_says_paused_until_in_both_modes() -> None:
     out = io.StringIO()
     rep = Reporter(stream=out, every=1e9)
-    c = Counts(10, 2, 0)
+    c = Counts(1013, 1005, 0)
     until = time.time() + 90
+    clock = Clock()
+    rep._estimators["e"] = est = EtaEstimator(clock=clock)
+    est.observe(0)  # enough progress in this run for an ETA to be shown, at a pace the pacing bounds
+    clock.t += 6
+    est.observe(1005)
     rep.start("e", c, 1.0, 1)
     rep.update("e", c, 1.0, 1, paused_until=until)
     rep.update("e", c, 1.0, 1, paused_until=until)  # the same pause is logged once
@@ -86,10 +115,12 @@ def test_reporter_says_paused_until_in_both_modes() -> None:
     assert lines[1].endswith("paused until " + time.strftime("%H:%M:%S", time.localtime(until)))
     assert re.search(r"paused until \d\d:\d\d:\d\d$", lines[1])
     rich = pytest.importorskip("rich")
-    from crawler.run import RichReporter
+    from crawler.crawl import RichReporter
 
     rr = RichReporter.__new__(RichReporter)  # the bar's text, without starting a live display
     Reporter.__init__(rr, stream=io.StringIO())
+    assert rr.eta_text("e", c, 1.0, 1) == ""  # nothing done yet: no ETA
+    rr._estimators["e"] = est
     assert rr.eta_text("e", c, 1.0, 1, paused_until=until).startswith("paused until ")
     assert rr.eta_text("e", c, 1.0, 1) == "ETA 8s"
     assert rich is not None
@@ -233,9 +264,9 @@ def test_the_pause_watcher_refreshes_an_engine_whose_last_requests_wait_out_a_pa
     opts = CrawlOptions(engines=["e"], bench="b", limit=8)
 
     async def one_round(in_flight: int) -> None:
-        loop = EngineLoop(None, eng, SimpleNamespace(pacer=pacer), opts, rep, None, {})
+        loop = EngineLoop(None, eng, SimpleNamespace(pacer=pacer), rep, None, {}, limit=opts.limit)
         loop.st.in_flight = in_flight
-        watcher = asyncio.create_task(watch_pauses([loop], opts, rep, {}, every=0.01))
+        watcher = asyncio.create_task(watch_pauses([loop], rep, {}, every=0.01))
         await asyncio.sleep(0.05)
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from crawler.fetch import RETRY_AFTER_MAX, RetryPolicy, parse_retry_after
-from crawler.run import CrawlOptions, Reporter, run_crawl
+from crawler.crawl import CrawlOptions, Reporter, run_crawl
 from engines.base import Rate
 from cli.main import app
 from store.benchmarks import load_benchmark_file

@@ -1,4 +1,4 @@
-"""Import parses exchanges as it inserts them (crawler.bundle.parse.Feed); the answers are the
+"""Import parses exchanges as it inserts them (archive.bundle.parse.Feed); the answers are the
 ones parsing them afterwards, in id order, gives: fetch once, the first exchange's answer stays."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from crawler.bundle import export_bundle, import_bundle
+from archive.bundle import export_bundle, import_bundle
 from engines.base import config_hash
 from engines.registry import get_adapter
 from store.db import open_database

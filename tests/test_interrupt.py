@@ -55,13 +55,13 @@ def test_sigint_during_the_demo_says_so_and_exits_130(tmp_path):
 # (argv, where the interrupt lands, words the line must carry)
 LONG = [
     (["demo", "--out", "{d}/demo"], "cli.commands.demo.run_demo", "run the same command again to resume"),
-    (["crawl", "leansearch", "--bench", "mathlibqr"], "crawler.run.run_crawl", "run the same command again to resume"),
+    (["crawl", "leansearch", "--bench", "mathlibqr"], "crawler.crawl.run_crawl", "run the same command again to resume"),
     (["run", "bm25", "--bench", "mathlibqr"], "engines.local.runner.run_bm25", "run the same command again"),
     (["run", "dense", "--model", "m", "--bench", "mathlibqr"], "engines.local.runner.run_dense",
      "run the same command again"),
-    (["import", "{d}/b.warc.gz"], "crawler.bundle.import_bundle", "nothing was imported"),
-    (["export", "--out", "{d}/b.warc.gz"], "crawler.bundle.export_bundle", "no bundle was written"),
-    (["reparse"], "crawler.reparse.reparse", "run the same command again to resume"),
+    (["import", "{d}/b.warc.gz"], "archive.bundle.import_bundle", "nothing was imported"),
+    (["export", "--out", "{d}/b.warc.gz"], "archive.bundle.export_bundle", "no bundle was written"),
+    (["reparse"], "archive.reparse.reparse", "run the same command again to resume"),
     (["corpus", "load", "{d}/c.jsonl", "--name", "c"], "cli.commands.core.load_corpus",
      "nothing of this corpus was written"),
     (["bench", "load", "--shipped"], "cli.commands.core.load_shipped", "run the same command again"),

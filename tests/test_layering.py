@@ -1,7 +1,8 @@
-"""The house: imports point down the data flow, no circles, rooms of bounded size.
+"""The house: imports point down the data flow, no circles, no private name shared, rooms of bounded size.
 
-store < engines < crawler (crawl and archive) < scoring (scores, reports, publish,
-verify, the demo pipeline) < cli. See tests/layering.py and the README's Layout.
+benchmarks < store < engines < archive (parse path, bundles, run files) < crawler (what
+is due, pacing, fetching, leases, writing) < scoring < pipelines (demo, publish, verify)
+< cli. See tests/layering.py and the README's Layout.
 """
 
 from __future__ import annotations
@@ -42,6 +43,22 @@ def test_a_planted_circle_is_caught(tmp_path):
     (root / "store" / "zz_a.py").write_text("def f():\n    from store import zz_b\n    return zz_b\n")
     (root / "store" / "zz_b.py").write_text("from store.zz_a import f\n")
     assert ["store.zz_a", "store.zz_b"] in layering.circles(root)
+
+
+def test_no_private_name_crosses_a_module():
+    assert layering.private_imports(ROOT) == []
+
+
+def test_a_planted_private_name_is_caught(tmp_path):
+    root = _scratch(tmp_path)
+    (root / "scoring" / "zz.py").write_text(
+        "from scoring.resolve import chunked\n\n\ndef f():\n    from archive.reparse import _pending_ids\n"
+        "    return _pending_ids\n")
+    (root / "crawler" / "zz.py").write_text("from store import db as dbmod\n\nX = dbmod._SQLITE_FILES\n")
+    found = layering.private_imports(root)
+    assert len(found) == 2, found
+    assert "scoring.zz imports archive.reparse._pending_ids" in found[0] + found[1]
+    assert "crawler.zz uses store.db._SQLITE_FILES" in found[0] + found[1]
 
 
 def test_a_planted_relative_upward_import_is_caught(tmp_path):

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from crawler.fetch import RetryPolicy
-from crawler.run import check_secrets_over_tls, summary_lines
+from crawler.crawl import check_secrets_over_tls, summary_lines
 from engines.base import EngineParseError, HitList, Rate
 from cli.main import app
 from engines.emulate import FaultConfig, StandIn
@@ -384,7 +384,7 @@ class _Killed(BaseException):
 
 
 def test_reparse_killed_mid_batch_loses_nothing_and_mixes_no_versions(any_db_url: str, rows, monkeypatch) -> None:
-    from crawler.reparse import reparse
+    from archive.reparse import reparse
     from engines import registry
 
     _load_mpr(any_db_url)

@@ -85,7 +85,7 @@ def test_published_rows_are_drawn_on_full_mathlibqr(score_json, tmp_path):
     import json
 
     from scoring.plot import plot_curves
-    from scoring.published import attach
+    from scoring.reference_rows import attach
 
     doc = attach(json.loads(score_json.read_text(encoding="utf-8")))
     assert [s["id"] for s in doc["published"]] == ["legendre-m1"]

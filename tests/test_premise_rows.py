@@ -23,7 +23,7 @@ def _slice_rows() -> list[dict]:
 @pytest.mark.slow
 def test_premise_engines_scored_on_mathlibmpr_beside_bm25(cache):  # noqa: F811
     from crawler.fetch import RetryPolicy
-    from crawler.run import CrawlOptions, run_crawl
+    from crawler.crawl import CrawlOptions, run_crawl
     from engines.base import Rate
     from engines.emulate import StandIn
     from engines.local.runner import run_bm25

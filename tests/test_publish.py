@@ -31,9 +31,9 @@ SUBSET = "demo-first-3"
 def build_source(url: str, tmp: Path) -> Path:
     """The source database; returns the corpus file (not shipped with the package)."""
     from crawler.fetch import RetryPolicy
-    from crawler.run import CrawlOptions, run_crawl
+    from crawler.crawl import CrawlOptions, run_crawl
     from engines.base import Rate
-    from scoring.demo import demo_cut
+    from pipelines.demo import demo_cut
     from engines.emulate import FaultConfig, StandIn
     from engines.local.runner import run_bm25
     from store.benchmarks import load_benchmark_file
@@ -312,7 +312,7 @@ def test_a_damaged_bundle_is_one_line_exit_2(source, capsys, tmp_path):
 
 
 def test_hostile_records_are_bounded(source, capsys, tmp_path, monkeypatch):
-    import scoring.verify_read as v
+    import pipelines.verify_read as v
 
     monkeypatch.setattr(v, "MAX_JSON", 1000)
     code, out, err = verify(capsys, source["full"])
@@ -373,7 +373,7 @@ def test_an_imported_run_travels_with_its_identity_and_file(source, capsys, tmp_
     original configuration hash, and its original file's bytes ride along."""
     import shutil
 
-    from crawler.runs import import_run
+    from archive.runs import import_run
 
     body = {}
 

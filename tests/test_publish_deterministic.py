@@ -29,7 +29,7 @@ from store.models import Answer, Exchange
 
 
 def _demo(out: Path, targets: int):
-    from scoring.demo import run_demo
+    from pipelines.demo import run_demo
 
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("ENGINES_")}
     try:
@@ -102,9 +102,9 @@ def test_publish_twice_writes_the_same_bytes(demo, tmp_path):
     assert len(set(ids)) == len(ids)
     assert all(re.fullmatch(r"<urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}>", i)
                for i in ids), ids[:3]  # derived (version 8), not random (version 4)
-    from crawler.bundle import _warc_date
+    from archive.bundle import warc_date
 
-    data_date = _warc_date(newest)
+    data_date = warc_date(newest)
     info_headers, info = records[0]
     assert info_headers["WARC-Date"] == data_date
     assert f"created: {data_date}".encode() in info

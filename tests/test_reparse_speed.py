@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-import crawler.reparse as rp
+import archive.reparse as rp
 from engines import registry
 from engines.base import config_hash
 from engines.leansearch import LeanSearchAdapter
@@ -138,13 +138,13 @@ def test_worker_process_writes_what_parsing_here_writes(tmp_path: Path, v2, monk
     monkeypatch.setattr(rp, "WORKER_MIN", 0)
     monkeypatch.setattr(rp, "spare_core", lambda: True)  # whatever the machine's load
     started = []
-    real = rp._Parser.__init__
+    real = rp.Parser.__init__
 
     def spy(self, adapter, worker):
         real(self, adapter, worker)
         started.append(self.pool is not None)
 
-    monkeypatch.setattr(rp._Parser, "__init__", spy)
+    monkeypatch.setattr(rp.Parser, "__init__", spy)
     b = _reparse(there, batch=7)
     assert started == [True]  # the worker process ran
     assert a.results[0] == b.results[0]
@@ -199,7 +199,7 @@ def test_statistics_are_refreshed_first_on_postgresql(pg_url: str, v2) -> None:
 
 
 def test_import_parses_the_same_with_and_without_the_worker(tmp_path: Path, monkeypatch) -> None:
-    from crawler.bundle import export_bundle, import_bundle
+    from archive.bundle import export_bundle, import_bundle
 
     src = f"sqlite:///{tmp_path / 'src.db'}"
     _build(src)

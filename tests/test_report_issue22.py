@@ -10,7 +10,7 @@ import re
 from typer.testing import CliRunner
 
 from cli.main import app
-from scoring.published import attach
+from scoring.reference_rows import attach
 from scoring.report import curve_svg, render_html
 from tests.test_scoring_support import (  # noqa: F401  (fixtures)
     answer_all, bench_queries, cache, cache_url, filler, gold_name, make_config, prepared_cache,

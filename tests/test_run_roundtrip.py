@@ -15,7 +15,7 @@ from scoring.results import score
 from store.benchmarks import load_benchmark_file
 from store.corpus import load_corpus
 from store.db import open_database
-from crawler.runs import import_run
+from archive.runs import import_run
 from tests.test_scoring_support import answer_all, bench_queries, filler, make_config
 
 RESAMPLES = 100  # enough to compare intervals; the scorer's seed is fixed

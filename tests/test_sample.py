@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from benchmarks import SLICE_CORPUS
 from crawler.plan import parse_sample_name, sample_order, sampled_texts
-from crawler.run import CrawlOptions, Reporter, run_crawl
+from crawler.crawl import CrawlOptions, Reporter, run_crawl
 from engines.base import Rate
 from cli.main import app
 from engines.emulate import StandIn

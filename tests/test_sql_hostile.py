@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import sql as sqlmod
+from store.sql import runner as sqlmod
 from store.db import open_database
 
 REFUSED, ERROR = 2, 1
@@ -62,7 +62,9 @@ def test_sqlite_giant_values_are_one_line_and_memory_stays_small(sqlite_url: str
     assert rss < 300 * 2**20, rss
 
 
-def test_sqlite_cells_and_the_whole_result_are_cut(sqlite_url: str) -> None:
+def test_sqlite_cells_follow_max_width_and_the_whole_result_is_cut(sqlite_url: str) -> None:
+    """Cells are cut at --max-width, not at 65,536 characters (issue 34 item 8): 100,000
+    characters come whole with --max-width 200000, and the result is cut at 64 MiB."""
     _db(sqlite_url)
     q = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 1500) "
          "SELECT n, printf('%.*c', 100000, 'x') AS big FROM r")
@@ -71,11 +73,15 @@ def test_sqlite_cells_and_the_whole_result_are_cut(sqlite_url: str) -> None:
     lines = res.stdout.splitlines()
     assert lines[0] == "n\tbig"
     cells = [ln.split("\t")[1] for ln in lines[1:]]
-    assert all(len(c) == sqlmod.CELL_CHARS + 1 and c.endswith("…") for c in cells)
-    kept = sqlmod.RESULT_BYTES // (sqlmod.CELL_CHARS + 1) + 1
+    assert all(c == "x" * 100000 for c in cells)
+    kept = sqlmod.RESULT_BYTES // (sys.getsizeof("x" * 100000) + 16) + 1
     assert len(cells) == kept < 1500
     assert _one_line(res) == (f"cut at {kept:,} rows: the result passed 64 MiB, the most engines sql keeps "
                               "(select fewer or shorter columns)")
+    res = _cli(sqlite_url, "--max-width", "1000", q)
+    cells = [ln.split("\t")[1] for ln in res.stdout.splitlines()[1:]]
+    assert len(cells) == 1500 and all(c == "x" * 999 + "…" for c in cells)
+    assert _one_line(res) == "1,500 values cut at --max-width 1000; --max-width 0 shows whole values"
 
 
 def test_timeout_has_a_maximum(sqlite_url: str) -> None:
@@ -113,7 +119,8 @@ def test_postgres_giant_cells_are_cut_in_the_reader_function(pg_url: str) -> Non
     lines = out.splitlines()
     assert lines[0] == "a\tbig\tb"
     a, big, b = lines[1].split("\t")
-    assert (a, b) == ("1", "2") and big == "x" * sqlmod.CELL_CHARS + "…"
+    assert (a, b) == ("1", "2") and big == "x" * 199999 + "…"
+    assert err == "1 value cut at --max-width 200000; --max-width 0 shows whole values"
     assert rss < 300 * 2**20, rss
 
 

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from cli.main import app
-from store import sql as sqlmod
+from store.sql import runner as sqlmod
 from store.db import open_database
 from store.errors import UserError
 
@@ -166,7 +166,7 @@ PG_CASES = [
     ("SELECT 1; DELETE FROM benchmarks", REFUSED, "one statement only"),
     ("SELECT E'\\'';COMMIT;DELETE FROM benchmarks;SELECT 'x'", REFUSED, "one statement only"),
     ("WITH d AS (DELETE FROM benchmarks RETURNING 1) SELECT * FROM d", REFUSED, "data-modifying statement"),
-    ("SELECT query_to_xml('DELETE FROM benchmarks', true, false, '')", REFUSED, "DELETE is not allowed"),
+    ("SELECT query_to_xml('DELETE FROM benchmarks', true, false, '')", REFUSED, "query_to_xml is not allowed"),
     ("SELECT set_config('transaction_read_only', 'off', true)", REFUSED, "read-write mode"),
     ("SELECT pg_ls_dir('.')", REFUSED, "permission denied for function pg_ls_dir"),
     ("SELECT * FROM pg_authid", REFUSED, "permission denied for table pg_authid"),

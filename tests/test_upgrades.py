@@ -25,7 +25,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from cli import main as cli
-from scoring.verify import compare_docs
+from pipelines.verify import compare_docs
 from store import db as dbmod
 from store.errors import DatabaseError
 from store.models import Base
@@ -92,7 +92,7 @@ def figure_differences(old: dict, new: dict) -> tuple[int, list]:
     assert systems == len(old["systems"]) > 0
     real = []
     for d in diffs:
-        if d.claimed == "absent":
+        if d.claimed == "absent" or beyond_depth(d, new):
             continue
         try:
             a, b = float(json.loads(d.claimed)), float(json.loads(d.derived))
@@ -102,6 +102,25 @@ def figure_differences(old: dict, new: dict) -> tuple[int, list]:
         if a != b and abs(a - b) > 4e-16 * max(abs(a), abs(b), 1e-300):
             real.append(d)
     return equal, real
+
+
+def beyond_depth(d, new: dict) -> bool:
+    """A figure the depth rule (issue 34, methodology §4) makes undefined since that version: a
+    crawled configuration's depth is its num_results (``result_cap``), so a metric at k above it,
+    and a curve point past it, are now null — the scorer's rule, not the upgrade."""
+    system = next((s for s in new["systems"] if s["label"] == d.system or s["id"] == d.system), None)
+    cap = system and system.get("result_cap")
+    if not cap:
+        return False
+    if d.figure == "result_cap":
+        return d.claimed == "null" and d.derived == str(cap)
+    if d.derived not in ("absent", "null"):
+        return False
+    at = re.match(r"metrics\.[^@]+@(\d+)\.", d.figure)
+    if at:
+        return int(at.group(1)) > cap
+    point = re.match(r"curves\.\w+\[(\d+)\]$", d.figure)
+    return bool(point) and system["curves"]["k"][int(point.group(1))] > cap
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

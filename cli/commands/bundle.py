@@ -19,7 +19,7 @@ def export_cmd(
     epoch: List[str] = typer.Option([], "--epoch", help="Only this epoch (number or label); repeatable."),
 ) -> None:
     """Write the archived exchanges as WARC/1.1 (request/response records, digests; secrets were never stored)."""
-    from crawler.bundle import export_bundle
+    from archive.bundle import export_bundle
 
     if not (out.name.endswith(".warc.gz") or out.name.endswith(".warc")):
         raise InputError(f"--out {out}: name the bundle *.warc.gz (or *.warc for an uncompressed one)")
@@ -38,7 +38,7 @@ def import_cmd(
     bundle: Path = typer.Argument(..., help="A WARC bundle (.warc.gz or .warc) written by `engines export` or another WARC tool."),
 ) -> None:
     """Import a WARC bundle: every digest verified, all or nothing; hits parsed with the current parsers."""
-    from crawler.bundle import import_bundle
+    from archive.bundle import import_bundle
 
     db = get_db(ctx)
     with progress_counter("imported exchanges") as update:

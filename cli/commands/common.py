@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import typer
 from rich.console import Console
@@ -93,7 +93,7 @@ def upgrade_lines(res: UpgradeResult) -> list[str]:
 
 def _say_upgraded(db: Database) -> None:
     """An automatic upgrade says what it kept, and whether answers lost their hits before."""
-    from crawler.heal import count_lost_hits
+    from archive.heal import count_lost_hits
 
     res = db.upgraded
     if res.before is None:
@@ -108,8 +108,94 @@ def _say_upgraded(db: Database) -> None:
              "`engines db upgrade` re-derives them from the archived bodies")
 
 
+def print_table(table: Any) -> None:
+    """A rich table on stdout: fitted to a terminal; piped, never cut (as wide as its cells)."""
+    if out_console.is_terminal:
+        out_console.print(table)
+    else:
+        Console(file=sys.stdout, width=2**31 - 1, highlight=False, color_system=None).print(table)
+
+
+def name_cell(name: Any) -> Any:
+    """A name (run, style, system id, URI) as a rich table cell: control characters shown
+    escaped (:func:`store.text.escaped`), markup taken literally."""
+    from rich.text import Text
+
+    from store.text import escaped
+
+    return Text(escaped(name))
+
+
+def print_tsv(columns: list[str], rows: Iterable[Iterable[Any]]) -> None:
+    """A header line and one line per row; fields escaped (:func:`store.text.tsv_field`)."""
+    from store.text import tsv_field
+
+    print("\t".join(tsv_field(c) for c in columns))
+    for r in rows:
+        print("\t".join("" if v is None else tsv_field(v) for v in r))
+
+
+def print_json(doc: Any) -> None:
+    """One JSON document on stdout (UTF-8, no NaN)."""
+    import json
+
+    print(json.dumps(doc, ensure_ascii=False, allow_nan=False, default=str))
+
+
 def info(message: str) -> None:
     err_console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+# A step that reports no counts (a run import, a benchmark load) shows that it is alive on
+# stderr once it has taken this long: soon on a terminal, later in a log; never on stdout.
+SLOW_AFTER_TTY = 1.0
+SLOW_AFTER_LOG = 5.0
+SLOW_EVERY_TTY = 0.5
+SLOW_EVERY_LOG = 15.0
+
+
+def sized(path: Path | str) -> str:
+    """``big.trec (11.4 MB)``, or the name alone when it is not a file."""
+    try:
+        size = Path(path).stat().st_size if Path(path).is_file() else None
+    except OSError:
+        size = None
+    return f"{path} ({size / 1e6:,.1f} MB)" if size is not None else str(path)
+
+
+@contextmanager
+def slow_progress(description: str) -> Iterator[None]:
+    """Nothing when the step ends quickly; after :data:`SLOW_AFTER_TTY` s on a terminal (one
+    line, redrawn) or :data:`SLOW_AFTER_LOG` s in a log (a line every
+    :data:`SLOW_EVERY_LOG` s), "DESCRIPTION: 12 s" on stderr until it ends."""
+    import threading
+    import time
+
+    tty = sys.stderr.isatty()
+    delay, every = (SLOW_AFTER_TTY, SLOW_EVERY_TTY) if tty else (SLOW_AFTER_LOG, SLOW_EVERY_LOG)
+    stop = threading.Event()
+    t0 = time.monotonic()
+    shown = [False]
+
+    def tick() -> None:
+        if stop.wait(delay):
+            return
+        while True:
+            line = f"{description}: {time.monotonic() - t0:,.0f} s"
+            print(f"\r{line}\033[K" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+            shown[0] = True
+            if stop.wait(every):
+                return
+
+    thread = threading.Thread(target=tick, name="progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        if tty and shown[0]:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
 
 
 @contextmanager

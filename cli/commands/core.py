@@ -10,8 +10,8 @@ import sqlalchemy as sa
 import typer
 from rich.table import Table
 
-from cli.commands.common import (db_url, get_db, info, missing_sqlite_file, out_console, progress_counter,
-                                 upgrade_lines)
+from cli.commands.common import (db_url, get_db, info, missing_sqlite_file, out_console, progress_counter, sized,
+                                 slow_progress, upgrade_lines)
 from store import db as dbmod
 from store.benchmarks import load_benchmark_file, load_shipped
 from store.corpus import load_corpus
@@ -30,7 +30,7 @@ def db_upgrade(
 ) -> None:
     """Apply pending migrations (also done automatically on first use), keeping a copy of a
     SQLite file first; heal what an earlier, failed upgrade left (leftover tables, lost hits)."""
-    from crawler.heal import heal_lost_hits
+    from archive.heal import heal_lost_hits
 
     engine = dbmod.create_db_engine(db_url(ctx))
     try:
@@ -59,7 +59,7 @@ def db_current(ctx: typer.Context) -> None:
         return
     engine = dbmod.create_db_engine(url)
     try:
-        dbmod._check_reachable(engine)
+        dbmod.check_reachable(engine)
         rev = dbmod.current_revision(engine)
     finally:
         engine.dispose()
@@ -71,7 +71,7 @@ def db_current(ctx: typer.Context) -> None:
 @db_app.command("reader")
 def db_reader(ctx: typer.Context) -> None:
     """Create or repair the read-only role engines sql runs with (PostgreSQL; needs the right to create roles)."""
-    from store.reader import READER_ROLE, setup_reader
+    from store.sql import READER_ROLE, setup_reader
 
     db = get_db(ctx)
     if db.dialect != "postgresql":
@@ -147,7 +147,9 @@ def bench_load(
     db = get_db(ctx)
     results = load_shipped(db) if shipped else []
     for path in src or []:
-        results.append(load_benchmark_file(db, path, name=name, allow_modified=allow_modified, split=split, task=task))
+        with slow_progress(f"loading benchmark {sized(path)}"):
+            results.append(load_benchmark_file(db, path, name=name, allow_modified=allow_modified, split=split,
+                                               task=task))
     for res in results:
         what = ", ".join(res.names)
         state = "loaded" if res.created else "already loaded"

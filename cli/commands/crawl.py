@@ -15,12 +15,12 @@ from typing import Optional
 
 import sqlalchemy as sa
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from cli.commands.common import get_db, info, out_console
+from cli.commands.common import get_db, info, name_cell, out_console, print_json, print_table, print_tsv
 from engines.registry import engine_list
 from store.errors import InputError
+from store.text import escaped
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)?")
 _DUR_UNIT = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, None: 1.0}
@@ -112,7 +112,7 @@ def crawl_cmd(
     """Crawl remote engines, paced and resumable; safe to kill and to run again (cron-friendly exit codes)."""
     from crawler.fetch import RetryPolicy
     from crawler.pacing import parse_rate
-    from crawler.run import CrawlOptions, Reporter, RichReporter, run_crawl, summary_lines
+    from crawler.crawl import CrawlOptions, Reporter, RichReporter, run_crawl, summary_lines
     from engines.params import parse_param_options
     from engines.registry import ENGINES
 
@@ -169,31 +169,52 @@ def crawl_cmd(
     raise typer.Exit(summary.exit_code)
 
 
+STATUS_COLUMNS = ("config", "benchmark", "epoch", "answered", "failed", "pending", "last success", "rate", "ETA")
+SAMPLE_COLUMNS = ("sample subset", "benchmark", "config", "epoch", "answered")
+
+
 def status_cmd(
     ctx: typer.Context,
     bench: Optional[str] = typer.Option(None, "--bench", "-b", help="Only this benchmark."),
     all_styles: bool = typer.Option(False, "--all-styles", help="Count non-primary styles too."),
+    tsv: bool = typer.Option(False, "--tsv", help="Tab-separated output with a header line (tab, newline, \\ escaped)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document: columns, rows, sampled crawls, notes."),
 ) -> None:
     """Per engine configuration × benchmark: answered, failed, pending, last success, ETA at the configured rate."""
     from crawler.status import drop_lines, host_lines, sample_rows, status_rows
 
+    if tsv and as_json:
+        raise InputError("--tsv and --json are two output formats; pass one")
     db = get_db(ctx)
     configs, rows = status_rows(db, bench, all_styles)
-    table = Table("config", "benchmark", "epoch", "answered", "failed", "pending", "last success", "rate", "ETA")
-    for r in rows:
-        table.add_row(escape(r.config), escape(r.benchmark), str(r.epoch), r.answered, str(r.failed), str(r.pending),
-                      r.last_success, r.rate, r.eta)
+    cells = [[r.config, r.benchmark, r.epoch, r.answered, r.failed, r.pending, r.last_success, r.rate, r.eta]
+             for r in rows]
+    samples = sample_rows(db, bench)
+    notes = host_lines(db, configs) + [escaped(line) for line in drop_lines(db, configs)]
     if not configs:
         info("no remote engine configurations yet; run `engines crawl ENGINE --bench B`")
-    out_console.print(table)
-    samples = sample_rows(db, bench)
+    if as_json:
+        print_json({"columns": list(STATUS_COLUMNS), "rows": cells,
+                    "sampled": {"columns": list(SAMPLE_COLUMNS), "rows": [list(r) for r in samples or []]},
+                    "notes": notes})
+        return
+    if tsv:
+        print_tsv(list(STATUS_COLUMNS), cells)
+        for row in samples or []:  # stdout stays one table; the rest is said on stderr
+            info(escaped("sampled crawl: " + ", ".join(f"{k} {v}" for k, v in zip(SAMPLE_COLUMNS, row))))
+        for line in notes:
+            info(line)
+        return
+    table = Table(*STATUS_COLUMNS)
+    for c in cells:
+        table.add_row(*(name_cell(v) for v in c))
+    print_table(table)
     if samples is not None:
-        sample_table = Table("sample subset", "benchmark", "config", "epoch", "answered", title="sampled crawls",
-                             title_justify="left")
+        sample_table = Table(*SAMPLE_COLUMNS, title="sampled crawls", title_justify="left")
         for row in samples:
-            sample_table.add_row(*(escape(x) for x in row))
-        out_console.print(sample_table)
-    for line in host_lines(db, configs) + drop_lines(db, configs):
+            sample_table.add_row(*(name_cell(x) for x in row))
+        print_table(sample_table)
+    for line in notes:
         out_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 

@@ -1,4 +1,4 @@
-"""``engines demo``: the whole pipeline offline (the pipeline is :mod:`scoring.demo`)."""
+"""``engines demo``: the whole pipeline offline (the pipeline is :mod:`pipelines.demo`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,15 @@ except ImportError:  # pragma: no cover
 
 from cli.commands.common import info, progress_counter
 from scoring import view
-from scoring.demo import run_demo
 from store.errors import UserError
+
+
+def run_demo(*args: Any, **kwargs: Any):
+    """:func:`pipelines.demo.run_demo`, imported when the command runs: the pipeline imports
+    every floor, which ``engines --help`` and the other commands need not load."""
+    from pipelines.demo import run_demo as run
+
+    return run(*args, **kwargs)
 
 
 def _leaderboard_lines(js: dict[str, Any]) -> list[str]:

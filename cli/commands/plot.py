@@ -9,6 +9,7 @@ import typer
 
 from cli.commands.common import get_db, info
 from store.errors import InputError
+from store.text import escaped
 
 
 def plot_command(
@@ -46,15 +47,15 @@ def plot_command(
         doc = score(get_db(ctx), bench, corpus=corpus, subset=subset, systems=system or None, slice=slice_,
                     uncovered=uncovered, answered_by=answered_by).to_json()
     if published and "published" not in doc:
-        from scoring.published import attach
+        from scoring.reference_rows import attach
 
         attach(doc)
     elif not published:
         doc["published"] = []
     path = plot_curves(doc, metric, out)
     if doc.get("banner"):
-        info(f"note: {doc['banner']}")
-    typer.echo(str(path))
+        info(f"note: {escaped(doc['banner'])}")
+    typer.echo(escaped(path))
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ except ImportError:  # pragma: no cover
 
 from cli.commands.common import get_db, info, progress_counter
 from store.errors import InputError
+from store.text import escaped
 
 SHOWN_DIFFERENCES = 40
 
@@ -37,7 +38,7 @@ def publish_cmd(
     epoch: Optional[str] = typer.Option(None, "--epoch", help="Epoch per configuration: newest (default), all, a number or label."),
 ) -> None:
     """Score and write one WARC/1.1 file holding everything the scores need: exchanges, runs, benchmark, claim."""
-    from scoring.publish import publish_bundle, score_options
+    from pipelines.publish import publish_bundle, score_options
 
     snapshots = {}
     for item in snapshot:
@@ -55,6 +56,11 @@ def publish_cmd(
     info(f"wrote {s.path}: {len(s.claim['systems'])} systems ({s.remote_systems} remote with {s.exchanges:,} exchanges, "
          f"{s.runs} run(s)), corpus {'embedded' if s.corpus_embedded else 'named by sha256'}, {s.bytes:,} bytes "
          f"in {time.perf_counter() - t0:.1f}s")
+    if not s.corpus_embedded:
+        from pipelines.corpus_hint import publish_notes
+
+        for note in publish_notes(s.corpora, s.path):
+            info(note)
     typer.echo(f"sha256 {s.sha256}  {s.path}")
     typer.echo(f"verify: engines verify {s.path}")
 
@@ -66,22 +72,22 @@ def verify_cmd(
     db: Optional[str] = typer.Option(None, "--db", help="An EMPTY database to verify in (default: a temporary SQLite file)."),
 ) -> None:
     """Re-derive every figure of a published leaderboard offline; exit 0 if all are equal, 1 if not, 2 if it cannot."""
-    from scoring.verify import verify_bundle
+    from pipelines.verify import verify_bundle
 
     root = ctx.find_root()
     if db is None and root.get_parameter_source("db") == ParameterSource.COMMANDLINE:
         db = root.obj.get("db_url")  # `engines --db URL verify` is explicit; ENGINES_DATABASE_URL is ignored
     t0 = time.perf_counter()
-    report = verify_bundle(bundle, corpus=corpus, db_url=db, say=lambda m: info("  " + m))
+    report = verify_bundle(bundle, corpus=corpus, db_url=db, say=lambda m: info("  " + escaped(m)))
     seconds = time.perf_counter() - t0
     if not report.differences:
         typer.echo(f"verified: {report.systems} systems, {report.figures_equal} figures equal")
         for note in report.notes:
-            typer.echo(f"note: {note}")
+            typer.echo(f"note: {escaped(note)}")
         info(f"  {seconds:.1f}s")
         return
     rows = [("system", "figure", "claimed", "re-derived")]
-    rows += [(d.system, d.figure, d.claimed, d.derived) for d in report.differences[:SHOWN_DIFFERENCES]]
+    rows += [tuple(escaped(x) for x in (d.system, d.figure, d.claimed, d.derived)) for d in report.differences[:SHOWN_DIFFERENCES]]
     widths = [min(60, max(len(r[i]) for r in rows)) for i in range(4)]
     typer.echo(f"NOT verified: {len(report.differences)} differences ({report.figures_equal} figures equal)")
     for r in rows:
@@ -89,7 +95,7 @@ def verify_cmd(
     if len(report.differences) > SHOWN_DIFFERENCES:
         typer.echo(f"… and {len(report.differences) - SHOWN_DIFFERENCES} more differences")
     for note in report.notes:
-        typer.echo(f"note: {note}")
+        typer.echo(f"note: {escaped(note)}")
     raise typer.Exit(1)
 
 

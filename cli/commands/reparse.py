@@ -18,7 +18,7 @@ def reparse_cmd(
 ) -> None:
     """Re-parse every archived response with the current parser version: new parse outcomes and
     answers (old answers kept, marked superseded); texts that now parse become answered without a send."""
-    from crawler.reparse import reparse, summary_lines
+    from archive.reparse import reparse, summary_lines
 
     db = get_db(ctx)
     summary = reparse(db, engines or None, dry_run=dry_run)

@@ -47,7 +47,7 @@ def report_command(
                              "--compare/--uncovered/--answered-by")
         score_json = read_score_json(from_json)
         if published and "published" not in score_json:
-            from scoring.published import attach
+            from scoring.reference_rows import attach
 
             attach(score_json)
         elif not published:  # the same rule as `engines score` and `engines plot`: only when asked
@@ -60,6 +60,10 @@ def report_command(
             compare=tuple(compare) if compare and compare[0] else None, profile=profile, published=published,
             uncovered=uncovered, answered_by=answered_by,
         )
+    if not score_json.get("systems"):  # as engines score and plot: nothing to rank is a failure, no page
+        name = (score_json.get("benchmark") or {}).get("name") or bench or str(from_json)
+        raise InputError(f"{name}: no system has answers for these queries yet, so there is no report to write "
+                         f"(crawl or run a local engine first, e.g. `engines run bm25 --bench {name}`)")
     page = write_report(score_json, out)
     if score_json.get("banner"):
         info(f"note: {score_json['banner']}")

@@ -12,7 +12,8 @@ from typing import Optional
 
 import typer
 
-from cli.commands.common import get_db, info, progress_counter
+from cli.commands.common import get_db, info, progress_counter, sized, slow_progress
+from store.text import escaped
 
 run_app = typer.Typer(
     help="Run local engines (BM25, dense embedding models) over a benchmark; import or drop run files.",
@@ -22,12 +23,12 @@ run_app = typer.Typer(
 
 def _report(s) -> None:  # noqa: ANN001
     if s.nothing_due:
-        info(f"{s.label}: config {s.config_id}; nothing to do, {s.skipped} of {s.total} distinct queries already answered")
+        info(f"{escaped(s.label)}: config {s.config_id}; nothing to do, {s.skipped} of {s.total} distinct queries already answered")
         return
     cached = "cached" if s.index_cached else "built"
     qps = s.answered / s.search_seconds if s.search_seconds > 0 and s.answered else 0.0
     info(
-        f"{s.label}: config {s.config_id}; index {cached} in {s.index_seconds:.1f}s; "
+        f"{escaped(s.label)}: config {s.config_id}; index {cached} in {s.index_seconds:.1f}s; "
         f"answered {s.answered} queries in {s.search_seconds:.1f}s ({qps:,.1f}/s), "
         f"{s.skipped} already answered, {s.total} distinct queries in the benchmark"
     )
@@ -112,27 +113,29 @@ def run_import_cmd(
         None, "--depth", help="Names each query was asked for: metrics at k > depth are undefined (default: the longest list)."),
 ) -> None:
     """Import a run file as a system row (engine `run`, badge `imported`), scored like any other."""
-    from crawler.runs import import_run
+    from archive.runs import import_run
 
     db = get_db(ctx)
-    res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos, order=order, depth=depth)
+    with slow_progress(f"importing run {sized(file)}"):
+        res = import_run(db, file, bench=bench, name=name, fmt=fmt, source=source, docnos=docnos, order=order,
+                         depth=depth)
     p = res.parsed
     via = f", DOCNOs read through {p.docnos}" if p.docnos else ""
     by = ", ordered by score" if p.order == "score" else ""
     if not res.created:
         extra = "; source updated" if res.source_changed and not res.depth_changed else ""
         extra += f"; depth set to {res.depth or 'k_max'}" if res.depth_changed else ""
-        info(f"run {res.label}: config {res.config_id}; already imported from this file (sha256 {p.sha256[:12]}), "
+        info(f"run {escaped(res.label)}: config {res.config_id}; already imported from this file (sha256 {p.sha256[:12]}), "
              f"nothing to do{extra}")
     else:
-        info(f"imported run {res.label} ({p.format}{via}{by}): config {res.config_id}, sha256 {p.sha256[:12]}; "
+        info(f"imported run {escaped(res.label)} ({p.format}{escaped(via)}{by}): config {res.config_id}, sha256 {p.sha256[:12]}; "
              f"{res.queries} of {res.queries_total} queries answered ({res.answers} of {res.texts_total} distinct "
              f"query texts), {res.hits} hits; {_n(res.queries_total - res.queries, 'query', 'queries')} unanswered")
         for corpus, absent, total in res.not_in_corpus:
-            info(f"  corpus {corpus} does not hold {absent} of the {total} distinct returned names")
-    info(_depth_line(res))
+            info(f"  corpus {escaped(corpus)} does not hold {absent} of the {total} distinct returned names")
+    info(escaped(_depth_line(res)))
     for note in res.notes:
-        info(f"note: {note}")
+        info(f"note: {escaped(note)}")
 
 
 def _n(n: int, one: str, many: str) -> str:
@@ -155,10 +158,10 @@ def run_drop_cmd(
     name: str = typer.Argument(..., help="The --name an imported run was given."),
 ) -> None:
     """Remove an imported run (its configurations, answers and hits) in one transaction."""
-    from crawler.runs import drop_run
+    from archive.runs import drop_run
 
     res = drop_run(get_db(ctx), name)
-    info(f"dropped run {name}: {res.configs} configuration(s), {res.answers} answers, {res.hits} hits")
+    info(f"dropped run {escaped(name)}: {res.configs} configuration(s), {res.answers} answers, {res.hits} hits")
 
 
 def register(app: typer.Typer) -> None:

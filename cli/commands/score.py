@@ -9,10 +9,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from cli.commands.common import get_db, info, out_console
 from scoring import view
 from store.errors import InputError
+from store.text import escaped
 
 BY_CHOICES = ("style", "kind", "difficulty")
 
@@ -32,7 +34,7 @@ def _main_table(doc: dict) -> Table:
     title = f"{doc['benchmark']['name']} on {doc['corpus']['name']}@{doc['corpus']['revision']}"
     if doc.get("subset"):
         title += f" · subset {doc['subset']}"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(escaped(title)), title_justify="left")
     if doc["profile"] == "main":
         metric_cols = list(doc["table_metrics"])
         cols = ["system", "n", "dropped", *metric_cols, "R@10 95% CI", "badges", "p95 latency"]
@@ -55,10 +57,10 @@ def _main_table(doc: dict) -> Table:
         if s.get("licence"):
             badges.append(s["licence"])
         if s.get("source") and "imported" in badges:
-            badges[badges.index("imported")] = f"imported ({escape(str(s['source']))})"
+            badges[badges.index("imported")] = f"imported ({escape(escaped(str(s['source'])))})"
         cov = [_fmt(s.get("coverage"))] if show_cov else []
         table.add_row(
-            escape(view.label(s)), escape(_epoch_cell(s)), str(s["n"]), str(s["dropped"]), *cov,
+            escape(escaped(view.label(s))), escape(escaped(_epoch_cell(s))), str(s["n"]), str(s["dropped"]), *cov,
             *[_fmt((s["metrics"].get(m) or {}).get("value")) for m in metric_cols],
             _ci(s["metrics"].get(ci_metric)), ", ".join(badges),
             "—" if lat is None else f"{lat:,.0f} ms",
@@ -79,13 +81,13 @@ def _breakdown_table(doc: dict, dim: str) -> Table | None:
     table = Table(title=f"by {dim}: {keys[0]} / {keys[1]} (n)", title_justify="left")
     table.add_column("system")
     for v in values:
-        table.add_column(v, justify="right")
+        table.add_column(Text(escaped(v)), justify="right")
     for s in doc["systems"]:
         cells = []
         for v in values:
             c = (s["breakdowns"].get(dim) or {}).get(v)
             cells.append("—" if c is None else f"{_fmt(c.get(keys[0]))} / {_fmt(c.get(keys[1]))} ({c['n']})")
-        table.add_row(escape(s["id"]), *cells)
+        table.add_row(escape(escaped(s["id"])), *cells)
     return table
 
 
@@ -95,13 +97,13 @@ def _published_table(doc: dict, src: dict) -> Table:
     extra = sorted({m for r in src["rows"] for m in r["metrics"]} - set(cols))
     title = (f"published (reference, not ranked): {src['source']}, {src['table']} [{src['ref']}] · "
              f"{src['slice']} · corpus: {src['corpus']} · transcribed {src['transcribed']}")
-    table = Table(title=escape(title), title_justify="left")
+    table = Table(title=Text(escaped(title)), title_justify="left")
     table.add_column("system")
     for m in cols + extra:
         table.add_column(m, justify="right")
     for r in src["rows"]:
-        badge = "".join(f" [bold]{escape(b)}[/bold]" for b in r.get("badges") or [])
-        table.add_row(escape(r["system"]) + " [dim](published)[/dim]" + badge,
+        badge = "".join(f" [bold]{escape(escaped(b))}[/bold]" for b in r.get("badges") or [])
+        table.add_row(escape(escaped(r["system"])) + " [dim](published)[/dim]" + badge,
                       *["" if r["metrics"].get(m) is None else f"{r['metrics'][m]:.3f}" for m in cols + extra])
     return table
 
@@ -112,7 +114,7 @@ def _comparison_table(doc: dict) -> Table:
         table.add_column(c, justify="left" if c in ("A", "B", "metric") else "right")
     for c in doc["comparisons"]:
         lo, hi = c["ci"]
-        table.add_row(escape(c["a"]), escape(c["b"]), c["metric"], str(c.get("n", "")), f"{c['diff']:+.3f}",
+        table.add_row(escape(escaped(c["a"])), escape(escaped(c["b"])), c["metric"], str(c.get("n", "")), f"{c['diff']:+.3f}",
                       f"[{lo:+.3f}, {hi:+.3f}]", f"{c['p']:.3f}")
     return table
 
@@ -121,9 +123,9 @@ def _scope_notes(scope: dict, doc: dict) -> None:
     """The scoring conventions a reader must know to compare these figures."""
     if scope.get("uncovered") == "zero":
         info(f"--uncovered zero: {len(scope['uncovered_qids'])} queries whose gold is not in "
-             f"{doc['corpus']['name']} stay in n, scored 0 (the methodology drops them: --uncovered drop)")
+             f"{escaped(doc['corpus']['name'])} stay in n, scored 0 (the methodology drops them: --uncovered drop)")
     if scope.get("answered_by"):
-        info(f"--answered-by {scope['answered_by']['system']}: only the {scope['answered_by']['texts']} query "
+        info(f"--answered-by {escaped(scope['answered_by']['system'])}: only the {scope['answered_by']['texts']} query "
              "texts it answered are scored")
 
 
@@ -131,7 +133,7 @@ def _order_notes(doc: dict) -> None:
     """Why a row sits after the ranked ones: its sort metric is undefined."""
     for s in doc["systems"]:
         if s.get("order_note"):
-            info(f"note: {view.label(s)} is {s['order_note']}")
+            info(escaped(f"note: {view.label(s)} is {s['order_note']}"))
 
 
 def register(app: typer.Typer) -> None:
@@ -192,7 +194,7 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"{bench}: no system has answers for these queries yet "
                              f"(crawl or run a local engine first, e.g. `engines run bm25 --bench {bench}`)")
         if published:
-            from scoring.published import attach
+            from scoring.reference_rows import attach
 
             attach(doc)
         to_stdout = json_path is not None and str(json_path) == "-"
@@ -201,13 +203,13 @@ def register(app: typer.Typer) -> None:
         console = (Console(stderr=True, width=240, highlight=False) if to_stdout
                    else out_console if out_console.is_terminal else Console(width=240, highlight=False))
         if view.banner(doc):
-            console.print(f"[bold red]{view.banner(doc)}[/bold red]")
+            console.print(f"[bold red]{escape(escaped(view.banner(doc)))}[/bold red]")
         scope = doc["scope"]
-        info(
+        info(escaped(
             f"{doc['benchmark']['name']}: {doc['benchmark']['n_queries']} queries in scope, "
             f"{len(scope['dropped_qids'])} dropped (gold not in {doc['corpus']['name']}), "
             f"{scope['unresolved_units']} gold units unresolved; profile {doc['profile']}"
-        )
+        ))
         _scope_notes(scope, doc)
         if doc["systems"]:
             console.print(_main_table(doc))

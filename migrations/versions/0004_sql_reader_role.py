@@ -6,7 +6,7 @@ Create Date: 2026-12-01 05:00:00
 
 - ``send_log.pending``: a send slot granted but not yet left; other workers count it as
   leaving now until the sender corrects its time (pacing under load, issue 12).
-- On PostgreSQL, ``store.reader.setup_reader`` creates the
+- On PostgreSQL, ``store.sql.readonly.setup_reader`` creates the
 cluster-global role ``engines_reader`` when it is missing (never drops it), grants it
 SELECT on this schema's tables and views, and creates the SECURITY DEFINER function
 ``engines_sql_select`` it owns. Without the right to create roles the migration still
@@ -27,7 +27,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    from store.reader import FIX_HINT, setup_reader
+    from store.sql import FIX_HINT, setup_reader
 
     with op.batch_alter_table("send_log", schema=None) as batch_op:
         batch_op.add_column(sa.Column("pending", sa.Boolean(), server_default=sa.false(), nullable=False))
@@ -38,7 +38,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    from store.reader import FUNCTION_SIG
+    from store.sql import FUNCTION_SIG
 
     bind = op.get_bind()
     if bind.dialect.name == "postgresql":

@@ -5,10 +5,10 @@ Revises: 0006 (to be re-chained after 0007)
 Create Date: 2026-12-02 03:30:00
 
 On PostgreSQL the reader function ``engines_sql_select`` (migration 0004, owned by the
-``engines_reader`` role) is re-created by ``store.reader.setup_reader``: it refuses a query
+``engines_reader`` role) is re-created by ``store.sql.readonly.setup_reader``: it refuses a query
 that calls ``pg_advisory_*`` / ``pg_try_advisory_*``, ``pg_notify`` or ``pg_sleep*``
 (functions granted to PUBLIC, with which a reader could hold up other sessions, issue 21),
-runs with ``lock_timeout`` set, and cuts cells longer than ``store.reader.CELL_CHARS``
+runs with ``lock_timeout`` set, and cuts cells longer than ``store.sql.readonly.CELL_CHARS``
 characters so the client never receives a gigabyte in one row. SQLite: nothing to do.
 """
 
@@ -25,7 +25,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    from store.reader import FIX_HINT, setup_reader
+    from store.sql import FIX_HINT, setup_reader
 
     problem = setup_reader(op.get_bind())
     if problem is not None:

@@ -107,7 +107,7 @@ def curve_svg(
 
 def _published_marks(sources: Sequence[dict[str, Any]], key: str, X: Any, Y: Any) -> list[str]:
     """Dashed hollow markers at the k values a published source reports (reference only)."""
-    from scoring.published import curve_points, row_name
+    from scoring.reference_rows import curve_points, row_name
 
     out = []
     for src in sources:
