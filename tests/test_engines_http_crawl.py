@@ -30,7 +30,7 @@ def _cache(tmp_path, monkeypatch):
 
 
 def _rows(db) -> tuple[list[dict], str, str]:
-    from scoring.demo import demo_cut
+    from pipelines.demo import demo_cut
     from store.benchmarks import load_benchmark_file
     from store.models import Benchmark, GoldName, GoldUnit, Query
 
