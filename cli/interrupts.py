@@ -18,7 +18,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 REDELIVER_AFTER = 0.01  # seconds: long enough for the finalizer to have returned
 
@@ -49,3 +50,22 @@ def unwatch() -> None:
     """Put back the hook :func:`watch` replaced."""
     if isinstance(sys.unraisablehook, _Hook):
         sys.unraisablehook = sys.unraisablehook.previous
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that what the command cleans up on
+    its way out (a ``.part`` file, a temporary directory) goes on ``kill`` too; the previous
+    handler is put back afterwards. Outside the main thread, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -52,7 +52,7 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _unexpected(exc: BaseException) -> str:
+def unexpected_line(exc: BaseException) -> str:
     from store.db import machine_error  # a full disk, a corrupt or read-only database: not a bug
 
     known = machine_error(exc)
@@ -77,7 +77,7 @@ class _Group(TyperGroup):
         except Exception as exc:  # noqa: BLE001 - one line instead of a traceback, unless debugging
             if os.environ.get(DEBUG_ENV):
                 raise
-            typer.echo(_unexpected(exc), err=True)
+            typer.echo(unexpected_line(exc), err=True)
             raise typer.Exit(1) from None
 
 
@@ -223,7 +223,7 @@ def run(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001
         if os.environ.get(DEBUG_ENV):
             raise
-        typer.echo(_unexpected(exc), err=True)
+        typer.echo(unexpected_line(exc), err=True)
         return 1
     return rv if isinstance(rv, int) else 0
 

@@ -7,7 +7,7 @@ faster than that allows; the crawl grows its concurrency). For each it prints th
 shown, the time that really remained, their ratio, and the ratio of the pacing bound
 alone (which would be far too short when the server binds). Wall clock, so this lives in
 perf/: on a loaded machine the crawler slows down after the ETA was shown and the ratio
-drops (0.6 was seen at load 6 with the server binding; tests/test_eta.py asserts only what
+drops (0.6 was seen at load 6 with the server binding; tests/crawler/test_eta.py asserts only what
 load cannot change). Goal (issue 13): within 0.75–1.25 on a quiet machine.
 
     python perf/eta.py [--texts 30] [--repeat 1]

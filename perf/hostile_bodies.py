@@ -2,7 +2,7 @@
 endless chunked body, a 200 MB body, against a healthy answer measured in the same run.
 
 Each case runs `engines crawl loogle --limit 1 --max-attempts 1` as a subprocess (as a
-person would) against a loopback server (tests/hostile.py) and reads the child's peak
+person would) against a loopback server (tests/support/hostile.py) and reads the child's peak
 RSS (``VmHWM`` from /proc, polled until it exits). Printed per case: peak RSS in MiB, its ratio to the healthy
 baseline, bytes the server sent, what the archive holds, and the wall time.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.hostile import Hostile, healthy, response  # noqa: E402
+from tests.support.hostile import Hostile, healthy, response  # noqa: E402
 
 
 def bomb(mib: int) -> bytes:

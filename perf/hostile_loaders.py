@@ -1,6 +1,6 @@
 """Hostile input for the loaders at the issue's full sizes (issue 31): each case runs
 ``engines`` in a child process under ``/usr/bin/time -v`` and prints exit code, wall
-time, peak RSS and the first stderr line. tests/test_hostile_loaders.py runs the same
+time, peak RSS and the first stderr line. tests/archive/test_hostile_loaders.py runs the same
 cases at sizes that keep the suite fast.
 
     python perf/hostile_loaders.py [--root DIR] [--only NAME ...] [--timeout 300]
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "perf"))
 
 from _scratch import scratch_url  # noqa: E402
-from tests.hostile_files import deep_corpus_line, jsonl_benchmark, many_rows, one_endless_line  # noqa: E402
+from tests.support.hostile_files import deep_corpus_line, jsonl_benchmark, many_rows, one_endless_line  # noqa: E402
 
 
 def engines(root: Path, url: str, args: list[str], timeout: float) -> tuple[str, float, int, str]:

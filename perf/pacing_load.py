@@ -18,7 +18,7 @@ itself; one CPU-burning process per core keeps the machine busy meanwhile. Print
 Usage: python perf/pacing_load.py [--workers 3] [--n 20] [--period 1] [--queries 240]
        [--burners N (default: one per core)] [--margin SECONDS (default: the crawler's)]
        [--pg URL]
-``run()`` is also what tests/test_pacing_load.py calls, with a shorter run.
+``run()`` is also what tests/crawler/test_pacing_load.py calls, with a shorter run.
 """
 
 from __future__ import annotations

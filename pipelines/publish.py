@@ -39,7 +39,8 @@ import sqlalchemy as sa
 from archive.bundle import BundleWriter, exchange_columns, record_id, software_fields, warc_date, warcinfo_fields
 from engines import code_version
 from engines.registry import ENGINES
-from pipelines.bundle_corpora import find_corpus_file
+from pipelines.bundle_corpora import find_corpus_file  # noqa: F401 - re-exported (pipelines.verify)
+from pipelines.publish_paths import embedded_corpora, name_files, public_corpus, public_params, public_path
 from scoring.results import score
 from store.benchmarks import query_sha256
 from store.corpus import pick_corpus
@@ -92,7 +93,7 @@ def claim_bytes(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
-def _is_file_spec(spec: str) -> bool:
+def is_file_spec(spec: str) -> bool:
     """As scoring.scope.names_of decides: a name-list file, else a corpus in the database."""
     path = Path(spec).expanduser()
     return path.suffix in (".txt", ".json", ".lst") or path.exists()
@@ -240,24 +241,29 @@ def publish_bundle(db, out: str | Path, options: dict[str, Any], *, with_corpus:
     doc = result.to_json()
     if not doc["systems"]:
         raise InputError(f"no system has answers for benchmark {options['bench']!r} in these options: nothing to publish")
+    for sysdoc in doc["systems"]:  # an imported run's file: its name, not where it lies on this machine
+        if sysdoc.get("source"):
+            sysdoc["source"] = public_path(sysdoc["source"])
+        sysdoc["params"] = public_params(sysdoc.get("params")) if isinstance(sysdoc.get("params"), dict) \
+            else sysdoc.get("params")
 
     # Rows without exchanges (local engines, imported runs: engine "run") travel as run records.
     local = [s for s in doc["systems"] if s["local"] or s["engine"] == "run"]
     remote = [s for s in doc["systems"] if s not in local]
     corpus_specs = [doc["corpus"]["name"] + "@" + doc["corpus"]["revision"]]
-    corpus_specs += [s for s in (options["shared_with"] or []) if not _is_file_spec(s)]
-    corpus_specs += [s for s in (options["snapshots"] or {}).values() if not _is_file_spec(s)]
-    file_specs = [("shared-with", s) for s in (options["shared_with"] or []) if _is_file_spec(s)]
-    file_specs += [("snapshot", s) for s in (options["snapshots"] or {}).values() if _is_file_spec(s)]
+    corpus_specs += [s for s in (options["shared_with"] or []) if not is_file_spec(s)]
+    corpus_specs += [s for s in (options["snapshots"] or {}).values() if not is_file_spec(s)]
+    file_specs = [("shared-with", s) for s in (options["shared_with"] or []) if is_file_spec(s)]
+    file_specs += [("snapshot", s) for s in (options["snapshots"] or {}).values() if is_file_spec(s)]
 
     parts = _read_parts(db, doc, local, remote, corpus_specs)
     if parts.created is not None:
         doc["generated_at"] = parts.created.isoformat(timespec="seconds")
     claim = claim_bytes(doc)
     summary = PublishSummary(path=path, claim=doc)
-    parts.files = _name_files(file_specs)
+    parts.files, options = name_files(file_specs, options)
     if with_corpus:
-        parts.embed = _embedded_corpora(parts.corpora)
+        parts.embed = embedded_corpora(parts.corpora)
     info = _warcinfo(parts, claim, options, with_corpus)
     exported = _write_bundle(db, path, parts, info, claim, doc, options, summary, progress)
     summary.exchanges = exported.exchanges
@@ -321,7 +327,7 @@ def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -
     cfg = s.execute(sa.select(EngineConfig).where(EngineConfig.config_hash == sysdoc["config_hash"])).scalar_one()
     ep = s.get(Epoch, (cfg.id, sysdoc["epoch"]))
     ident = {"config_hash": cfg.config_hash, "engine": cfg.engine, "endpoint_version": cfg.endpoint_version,
-             "params": cfg.params, "label": cfg.label, "local": bool(cfg.local), "result_cap": cfg.result_cap,
+             "params": public_params(cfg.params), "label": cfg.label, "local": bool(cfg.local), "result_cap": cfg.result_cap,
              "licence": cfg.licence, "epoch": sysdoc["epoch"],
              "epoch_label": ep.label if ep else None,
              "epoch_started": warc_date(ep.started_at) if ep and ep.started_at else None}
@@ -352,29 +358,6 @@ def _add_run(s, sysdoc: dict[str, Any], qid_of: dict[str, str], parts: _Parts) -
             parts.run_files.append((cfg.config_hash, src, raw))
 
 
-def _name_files(file_specs: list[tuple[str, str]]) -> list[tuple[str, str, bytes]]:
-    files = []
-    for role, spec in file_specs:
-        p = Path(spec).expanduser()
-        if not p.is_file():
-            raise InputError(f"--{role} {spec}: the file does not exist, so it cannot go into the bundle")
-        files.append((role, spec, p.read_bytes()))
-    return files
-
-
-def _embedded_corpora(corpora: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Path]]:
-    """``--with-corpus``: each corpus with its file on this machine (found by sha256)."""
-    embed: list[tuple[dict[str, Any], Path]] = []
-    for k in corpora:
-        found = find_corpus_file(k["sha256"], k["source"])
-        if found is None:
-            raise InputError(f"--with-corpus: the file of corpus {k['name']}@{k['revision']} (sha256 "
-                             f"{k['sha256'][:12]}…, loaded from {k['source']}) is not on this machine; "
-                             "put it back at that path (or in ENGINES_CACHE_DIR/corpora/), or publish without --with-corpus")
-        embed.append((k, found))
-    return embed
-
-
 def _warcinfo(parts: _Parts, claim: bytes, options: dict[str, Any], with_corpus: bool) -> bytes:
     """The export's warcinfo fields (or the bundle's own, with no exchanges) and publish's lines."""
     lines = [f"publish-format: {FORMAT}", f"publisher: engines/{code_version()}",
@@ -385,7 +368,7 @@ def _warcinfo(parts: _Parts, claim: bytes, options: dict[str, Any], with_corpus:
         lines.append("run: " + _hdr({**ident, "sha256": _sha(data)}))
     lines.append("benchmark-dump: " + _hdr({"name": parts.bench["name"], "sha256": parts.bench["sha256"]}))
     for k in parts.corpora:
-        lines.append("corpus-ref: " + _hdr({**k, "embedded": with_corpus}))
+        lines.append("corpus-ref: " + _hdr({**public_corpus(k), "embedded": with_corpus}))
     for role, spec, data in parts.files:
         lines.append("file: " + _hdr({"role": role, "spec": spec, "sha256": _sha(data)}))
     info = parts.info
@@ -413,7 +396,7 @@ def _write_bundle(db, path: Path, parts: _Parts, info: bytes, claim: bytes, doc:
                     f"{URN}corpus:{k['name']}@{k['revision']}", cf, p.stat().st_size,
                     "application/gzip" if p.name.endswith(".gz") else "application/jsonl",
                     {"WARC-Record-ID": record_id("resource", "corpus", k["sha256"]), "WARC-Date": parts.date,
-                     H_ROLE: "corpus", H_META: _hdr({**k, "file": p.name})})
+                     H_ROLE: "corpus", H_META: _hdr({**public_corpus(k), "file": p.name})})
     summary.sha256 = sha256_file(path)
     summary.bytes = writer.summary.bytes
     return writer.summary
@@ -438,15 +421,18 @@ def _write_resources(writer, parts: _Parts, claim: bytes, doc: dict[str, Any], o
     """The claim, benchmark, subsets, name-list file, run-file and run records, in that order."""
     bench, d = parts.bench, parts.date
     _resource(writer, "claim", "score.json", claim, "application/json",
-              {H_OPTIONS: _hdr(options), H_META: _hdr({"corpora": parts.corpora, "code_version": doc["code_version"]})}, d)
+              {H_OPTIONS: _hdr(options),
+               H_META: _hdr({"corpora": [public_corpus(k) for k in parts.corpora], "code_version": doc["code_version"]})},
+              d)
     _resource(writer, "benchmark", bench["name"], claim_bytes(bench), "application/json",
               {H_META: _hdr({"name": bench["name"], "sha256": bench["sha256"]})}, d)
     _resource(writer, "subsets", "subsets", claim_bytes(parts.subsets), "application/json", {}, d)
     for role, spec, data in parts.files:
-        _resource(writer, "file", Path(spec).name, data, "text/plain", {H_META: _hdr({"role": role, "spec": spec})}, d)
+        _resource(writer, "file", spec, data, "text/plain", {H_META: _hdr({"role": role, "spec": spec})}, d)
     for h, src, raw in parts.run_files:
         _resource(writer, "run-file", Path(src).name, raw, "application/octet-stream",
-                  {H_META: _hdr({"config_hash": h, "source": src, "sha256": hashlib.sha256(raw).hexdigest()})}, d)
+                  {H_META: _hdr({"config_hash": h, "source": public_path(src),
+                                 "sha256": hashlib.sha256(raw).hexdigest()})}, d)
     for ident, data in parts.runs:
         _resource(writer, "run", f"{ident['config_hash']}@{ident['epoch']}", data, "application/jsonl",
                   {H_RUN: _hdr(ident)}, d)

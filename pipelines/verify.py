@@ -17,28 +17,22 @@ temporary file.
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-from archive.bundle import BadBundle, import_bundle, parse_warc_date
+from archive.bundle import BadBundle, import_bundle
 from engines import code_version
 from engines.registry import ENGINES
-from pipelines.publish import OPTION_KEYS, find_corpus_file, read_run, run_score
-from pipelines.verify_read import CannotVerify, Contents, load_json, read_contents
-from store.benchmarks import query_sha256
-from store.corpus import load_corpus
+from pipelines.publish import OPTION_KEYS, find_corpus_file, is_file_spec, run_score
+from pipelines.verify_load import check_empty, check_size, load_benchmark, load_runs, load_subsets
+from pipelines.verify_read import MAX_SYSTEMS, CannotVerify, Contents, load_json, read_contents
+from pipelines.verify_temp import TempBudget, verify_tempdir
+from store.corpus import load_corpus, pick_corpus
 from store.db import open_database
 from store.errors import InputError
-from store.models import (
-    Answer, Benchmark, Corpus, EngineConfig, Epoch, Exchange, GoldName, GoldUnit, Query, Subset, SubsetMember,
-)
-from store.types import utcnow
-from store.writes import AnswerRow, HitRow, add_answers, ensure_config
-
 
 # Fields that are not figures: when and by what the claim was made, and latencies.
 SKIP_KEYS = {"generated_at", "code_version"}
@@ -60,95 +54,6 @@ class VerifyReport:
     notes: list[str]
     exchanges: int = 0
     runs: int = 0
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def _check_empty(db) -> None:
-    with db.session() as s:
-        for table in (Benchmark, Corpus, EngineConfig, Exchange, Answer):
-            if s.execute(sa.select(sa.func.count()).select_from(table)).scalar_one():
-                raise InputError(f"--db {db.url}: the database is not empty "
-                                 f"(table {table.__tablename__} has rows); verify needs an empty database (or none: "
-                                 "it makes a temporary one)")
-
-
-def _load_benchmark(db, dump: Any) -> None:
-    """The benchmark dump as rows: a few multi-row inserts (the ORM's unit of work took
-    seconds for MathlibQR's 946 queries)."""
-    try:
-        queries = list(dump["queries"])
-        with db.engine.begin() as conn:
-            bt, qt, ut, nt = Benchmark.__table__, Query.__table__, GoldUnit.__table__, GoldName.__table__
-            bench_id = conn.execute(sa.insert(bt).returning(bt.c.id), {
-                "name": str(dump["name"]), "task": str(dump["task"]), "source_file": str(dump["source_file"]),
-                "sha256": str(dump["sha256"]), "modified": bool(dump["modified"]), "meta": dump.get("meta"),
-                "loaded_at": utcnow()}).scalar_one()
-            if not queries:
-                return
-            qids = list(conn.execute(sa.insert(qt).returning(qt.c.id, sort_by_parameter_order=True), [
-                {"benchmark_id": bench_id, "qid": str(q["qid"]), "target_id": str(q["target_id"]), "text": str(q["text"]),
-                 "query_sha256": query_sha256(str(q["text"])), "style": str(q["style"]), "primary": bool(q["primary"]),
-                 "kind": q.get("kind"), "difficulty": q.get("difficulty"), "meta": q.get("meta")}
-                for q in queries]).scalars())
-            units = [(qid, u) for qid, q in zip(qids, queries) for u in q["units"]]
-            if not units:
-                return
-            uids = list(conn.execute(sa.insert(ut).returning(ut.c.id, sort_by_parameter_order=True), [
-                {"query_id": qid, "ordinal": int(u["ordinal"]), "kind": str(u["kind"])} for qid, u in units]).scalars())
-            names = [{"gold_unit_id": uid, "name": str(n)} for uid, (_, u) in zip(uids, units) for n in u["names"]]
-            if names:
-                conn.execute(sa.insert(nt), names)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CannotVerify(f"the bundle's benchmark record is malformed ({type(exc).__name__}: {str(exc)[:80]})") from None
-
-
-def _load_subsets(db, dump: Any) -> None:
-    try:
-        with db.session() as s, s.begin():
-            for d in dump:
-                sub = Subset(name=str(d["name"]), member_kind=str(d["member_kind"]), source_file=str(d["source_file"]),
-                             sha256=str(d["sha256"]), modified=bool(d["modified"]), meta=d.get("meta"))
-                s.add(sub)
-                s.flush()
-                s.add_all(SubsetMember(subset_id=sub.id, member=str(m)) for m in dict.fromkeys(d["members"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CannotVerify(f"the bundle's subsets record is malformed ({type(exc).__name__}: {str(exc)[:80]})") from None
-
-
-def _load_runs(db, runs: list[tuple[dict[str, Any], bytes]], qid_text: dict[str, str]) -> int:
-    n = 0
-    for ident, data in runs:
-        try:
-            h = str(ident["config_hash"])
-            epoch = int(ident["epoch"])
-            where = f"run record {h[:12]}@{epoch}"
-            with db.session() as s, s.begin():
-                cfg = ensure_config(s, engine=str(ident["engine"]), endpoint_version=str(ident["endpoint_version"]),
-                                    params=ident["params"], config_hash=h, label=ident.get("label"),
-                                    local=bool(ident.get("local", True)),
-                                    result_cap=ident.get("result_cap"), licence=ident.get("licence"))
-                s.flush()
-                if ident.get("epoch_label") or ident.get("epoch_started"):
-                    if s.get(Epoch, (cfg.id, epoch)) is None:
-                        s.add(Epoch(config_id=cfg.id, epoch=epoch, label=ident.get("epoch_label"),
-                                    started_at=parse_warc_date(ident["epoch_started"]) if ident.get("epoch_started") else None))
-                rows = []
-                for qid, ranked, dropped in read_run(data, where):
-                    text = qid_text.get(qid)
-                    if text is None:
-                        raise CannotVerify(f"{where}: qid {qid!r} is not a query of the bundle's benchmark")
-                    hits = [HitRow(rank=i + 1, name=nm) for i, nm in enumerate(ranked) if nm is not None]
-                    rows.append(AnswerRow(config_id=cfg.id, query_text=text, query_sha256=query_sha256(text), hits=hits,
-                                          epoch=epoch, dropped_items=dropped))
-                add_answers(s, rows)
-            n += 1
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CannotVerify(f"a run record of the bundle is malformed ({type(exc).__name__}: {str(exc)[:80]})") from None
-        except InputError as exc:
-            raise CannotVerify(exc.message) from None
-    return n
 
 
 # --------------------------------------------------------------------------- comparing
@@ -275,23 +180,36 @@ def verify_bundle(path: str | Path, *, corpus: str | Path | None = None, db_url:
     if not path.is_file():
         raise InputError(f"bundle {path} does not exist; give the path of a .warc.gz file written by engines publish")
     say = say or (lambda _m: None)
-    with tempfile.TemporaryDirectory(prefix="engines-verify-") as tmpname:
-        tmp = Path(tmpname)
-        contents = read_contents(path, tmp)
+    budget = TempBudget(path.stat().st_size)
+    with verify_tempdir() as tmp:
+        contents = read_contents(path, tmp, budget)
         claimed = load_json(contents.claim, f"{path}: the claim")
         if not isinstance(claimed, dict) or not isinstance(claimed.get("systems"), list):
             raise CannotVerify(f"{path}: the claim is not an engines.score document")
+        if len(claimed["systems"]) > MAX_SYSTEMS:
+            raise CannotVerify(f"{path}: the claim lists {len(claimed['systems']):,} systems, over the bound of "
+                               f"{MAX_SYSTEMS} verify re-derives; refused")
         options = _checked_options(contents.options, path)
+        _refuse_local_names(options, contents)
         corpus_files = _corpus_files(contents, corpus, path)
+        budget.local_bytes = sum(f.stat().st_size for _, f in corpus_files if tmp not in f.parents)
+        spec_map = _write_files(contents, tmp, budget)
 
         url = db_url or f"sqlite:///{tmp / 'verify.db'}"
         db = open_database(url)
         try:
             if db_url:
-                _check_empty(db)
+                check_empty(db)
+            else:
+                budget.bound_sqlite(db)
             summary, n_runs = _load_bundle(db, path, contents, corpus_files, say)
-            spec_map = _write_files(contents, tmp)
+            check_size(db, options, path)
             derived = _rederive(db, options, claimed, spec_map)
+        except sa.exc.OperationalError as exc:
+            if budget.exceeded(exc):
+                raise CannotVerify(f"{path}: re-deriving the bundle needs more than {budget.describe()}; "
+                                   "refused") from None
+            raise
         finally:
             db.dispose()
 
@@ -305,7 +223,7 @@ def _corpus_files(contents: Contents, corpus: str | Path | None, path: Path) -> 
     or the package, by sha256."""
     refs = [r for r in contents.info.get("corpus-ref", []) if isinstance(r, dict)]
     if not refs:
-        refs = [r for r in contents.claim_meta.get("corpora", []) if isinstance(r, dict)]
+        refs = [r for r in _listed(contents.claim_meta.get("corpora")) if isinstance(r, dict)]
     embedded = {m.get("_file_sha256"): p for m, p in contents.corpora}
     corpus_files: list[tuple[dict[str, Any], Path]] = []
     for ref in refs:
@@ -331,45 +249,102 @@ def _load_bundle(db, path: Path, contents: Contents, corpus_files: list[tuple[di
     """Benchmark, subsets, corpora, exchanges (through engines import) and run records into
     the fresh database: (the import summary, the number of run records)."""
     bench = load_json(contents.benchmark, f"{path}: the benchmark record")
-    _load_benchmark(db, bench)
+    load_benchmark(db, bench)
     if contents.subsets is not None:
-        _load_subsets(db, load_json(contents.subsets, f"{path}: the subsets record"))
+        load_subsets(db, load_json(contents.subsets, f"{path}: the subsets record"))
     for ref, file in corpus_files:
         try:
             load_corpus(db, str(file), name=str(ref["name"]), revision=str(ref["revision"]))
         except InputError as exc:
             raise CannotVerify(f"corpus {ref.get('name')}@{ref.get('revision')}: {exc.message}") from None
+        except RecursionError:
+            raise CannotVerify(f"corpus {ref.get('name')}@{ref.get('revision')}: a line nests JSON too deep to "
+                               "read; the bundle is damaged or hostile") from None
     say(f"loaded benchmark {bench.get('name')}, {len(corpus_files)} corpus file(s)")
     try:
         summary = import_bundle(db, path)
     except BadBundle as exc:
         raise CannotVerify(exc.message) from None
     qid_text = {str(q["qid"]): str(q["text"]) for q in bench["queries"]}
-    n_runs = _load_runs(db, contents.runs, qid_text)
+    n_runs = load_runs(db, contents.runs, qid_text)
     say(f"imported {summary.exchanges_read:,} exchanges ({summary.answers:,} answers parsed with today's "
         f"parsers) and {n_runs} run(s)")
     return summary, n_runs
 
 
-def _write_files(contents: Contents, tmp: Path) -> dict[str, str]:
-    """Name-list files written back under their own names: the claim's spec → the file."""
+def _write_files(contents: Contents, tmp: Path, budget) -> dict[str, str]:
+    """Name-list files written into the temporary directory: the claim's spec → the file. The
+    file's name is made here (only its suffix is taken from the spec: it says how to read the
+    list), so a spec of ``..``, with a NUL or a path in it, writes nowhere else."""
     files_dir = tmp / "files"
     files_dir.mkdir()
     spec_map: dict[str, str] = {}
     for meta, data in contents.files:
         spec = str(meta.get("spec"))
-        name = Path(spec).name or "names.txt"
-        sub = files_dir / str(len(spec_map))
-        sub.mkdir()
-        (sub / name).write_bytes(data)
-        spec_map[spec] = str(sub / name)
+        if spec in spec_map:  # one file for --shared-with and --snapshot: twice, the same bytes
+            if Path(spec_map[spec]).read_bytes() != data:
+                raise CannotVerify(f"two file records of the bundle are both named {spec[:80]!r} with different "
+                                   "contents; the bundle is damaged")
+            continue
+        suffix = Path(spec.replace("\0", "")).suffix
+        name = f"{len(spec_map)}{suffix if suffix in ('.txt', '.json', '.lst') else '.txt'}"
+        budget.charge(len(data), f"file record {spec[:80]!r}")
+        (files_dir / name).write_bytes(data)
+        spec_map[spec] = str(files_dir / name)
     return spec_map
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _refuse(opt: str, spec: str) -> CannotVerify:
+    return CannotVerify(f"the claim's {opt} entry {spec[:80]!r} is neither a file record of the bundle nor a corpus "
+                        "it names; verify never reads a file a bundle names from this machine: the bundle is "
+                        "damaged or hostile")
+
+
+def _refuse_local_names(options: dict[str, Any], contents: Contents) -> None:
+    """Before anything is loaded: every --shared-with / --snapshot entry of the claim is a file
+    record of the bundle or one of the corpora it names (:func:`_local_names` maps them)."""
+    files = {str(m.get("spec")) for m, _ in contents.files}
+    refs = [r for r in contents.info.get("corpus-ref", []) + _listed(contents.claim_meta.get("corpora"))
+            if isinstance(r, dict)]
+    corpora = {str(r.get("name")) for r in refs} | {f"{r.get('name')}@{r.get('revision')}" for r in refs}
+    for opt, entries in (("--shared-with", options.get("shared_with") or []),
+                         ("--snapshot", list((options.get("snapshots") or {}).values()))):
+        for spec in entries:
+            if spec not in files and (spec not in corpora or is_file_spec(spec)):
+                raise _refuse(opt, spec)
+
+
+def _local_names(db, options: dict[str, Any], spec_map: dict[str, str]) -> None:
+    """Point the claim's --shared-with / --snapshot entries at the bundle's own records: a file
+    record (written to the temporary directory), or a corpus loaded from the bundle's
+    references. Anything else -- a path on this machine (/etc/passwd, /dev/zero, a FIFO) --
+    is refused: verify never reads a local file a bundle names."""
+    def mapped(opt: str, spec: str) -> str:
+        if spec in spec_map:
+            return spec_map[spec]
+        with db.session() as s:
+            try:
+                pick_corpus(s, spec)
+                is_corpus = True
+            except InputError:
+                is_corpus = False
+        if not is_corpus or is_file_spec(spec):
+            raise _refuse(opt, spec)
+        return spec
+
+    if options.get("shared_with"):
+        options["shared_with"] = [mapped("--shared-with", x) for x in options["shared_with"]]
+    if options.get("snapshots"):
+        options["snapshots"] = {k: mapped("--snapshot", v) for k, v in options["snapshots"].items()}
 
 
 def _rederive(db, options: dict[str, Any], claimed: dict[str, Any], spec_map: dict[str, str]) -> dict[str, Any]:
     """The score JSON with the claim's options, the options pointed at the written files."""
-    if options.get("shared_with"):
-        options["shared_with"] = [spec_map.get(s, s) for s in options["shared_with"]]
+    _local_names(db, options, spec_map)
     # Every system in the bundle (it holds exactly the claimed ones); ids may differ
     # from the source database's (labels, epochs), so compare/snapshots are mapped.
     wanted_compare = options.get("compare")
@@ -387,7 +362,7 @@ def _rederive(db, options: dict[str, Any], claimed: dict[str, Any], spec_map: di
         if wanted_compare:
             options["compare"] = [[mapped(a), mapped(b)] for a, b in wanted_compare]
         if wanted_snaps:
-            options["snapshots"] = {mapped(k): spec_map.get(v, v) for k, v in wanted_snaps.items()}
+            options["snapshots"] = {mapped(k): v for k, v in wanted_snaps.items()}
         derived = run_score(db, options).to_json()
     # The re-derived ids as the claim names them, so comparisons line up.
     rename = {s["id"]: next((c.get("id") for c in claimed["systems"] if isinstance(c, dict)
@@ -401,6 +376,9 @@ def _rederive(db, options: dict[str, Any], claimed: dict[str, Any], spec_map: di
 def _notes(claimed: dict[str, Any], contents: Contents) -> list[str]:
     """What differs between the claim's tools and today's: the code and parser versions."""
     notes = []
+    if contents.unterminated:
+        notes.append("the bundle has no end record (written by an older engines): a cut exactly between two "
+                     "records could not be seen; every record read was complete and digest-checked")
     claimed_version = claimed.get("code_version")
     if claimed_version != code_version():
         notes.append(f"tool version differs: the claim was made by engines {claimed_version}, this is {code_version()}")

@@ -16,9 +16,9 @@ import pytest
 import sqlalchemy as sa
 
 from store.db import open_database
+from tests.support.postgres import PG_BASE_URL
 
 ROOT = Path(__file__).resolve().parent.parent
-PG_BASE_URL = os.environ.get("ENGINES_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture

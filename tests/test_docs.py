@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_perf_scripts import tracked_files
+from tests.support.repo import tracked_files
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ("METHODOLOGY.md", "ENGINE-APIS.md", "BENCHMARKS.md")

@@ -2,7 +2,7 @@
 
 benchmarks < store < engines < archive (parse path, bundles, run files) < crawler (what
 is due, pacing, fetching, leases, writing) < scoring < pipelines (demo, publish, verify)
-< cli. See tests/layering.py and the README's Layout.
+< cli. See tests/support/layering.py and the README's Layout.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests import layering
+from tests.support import layering
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PG_BASE_URL
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.postgres import PG_BASE_URL
+from tests.support.repo import ROOT, tracked_files
 
 
 def run_script(name: str, *args: str, timeout: float = 180, root: Path = ROOT) -> str:
@@ -54,18 +53,6 @@ def test_score_scale_small() -> None:
     assert "large: 2 systems × 60 queries × 20 hits = 2,400 hit rows" in out
     assert len(ratios(out, "wall ratio large/small:")) == 2, out
     assert re.search(r"peak RSS of any score: [0-9,]+ MiB", out), out
-
-
-def tracked_files(root: Path = ROOT) -> list[Path]:
-    """The repository's files: ``git ls-files`` (with files added but not yet committed), or
-    every file under ``root`` but .git when this is not a git checkout (an unpacked sdist)."""
-    try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                             cwd=root, capture_output=True, check=True).stdout
-        names = [n for n in out.decode("utf-8").split("\0") if n]
-    except (OSError, subprocess.CalledProcessError):
-        names = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts]
-    return [root / n for n in names if (root / n).is_file()]
 
 
 def test_nothing_in_the_repository_points_outside_it() -> None:

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 
+from archive.bundle.records import END_URI, H_END, H_RECORDS
 from archive.bundle.warc import (
     BUNDLE_FORMAT, H_ATTEMPT, H_CONFIG, H_ELAPSED, H_EPOCH, H_FINISHED, H_TEXTS, MOVED, ORIG, record_id,
     warc_date,
@@ -194,13 +195,15 @@ class BundleWriter:
         rec = self._writer.create_warc_record(self.path.name, "warcinfo", payload=io.BytesIO(self.info),
                                               length=len(self.info), warc_content_type="application/warc-fields",
                                               warc_headers_dict={**self.info_headers,
-                                                                 "WARC-Filename": self.path.name})
+                                                                 "WARC-Filename": self.path.name, H_END: END_URI})
         self._writer.write_record(rec)
         self.summary.records += 1
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
+            if exc_type is None:  # the end record, announced by the warcinfo record's H_END
+                write_end(self._writer, self.summary.records, self.info_headers.get("WARC-Date"))
             self._fh.close()
             if exc_type is None:
                 self.summary.bytes = self._tmp.stat().st_size
@@ -233,6 +236,19 @@ class BundleWriter:
             uri, "resource", payload=payload, length=length, warc_content_type=content_type,
             warc_headers_dict=headers))
         self.summary.records += 1
+
+
+def write_end(writer, records: int, date: str | None = None) -> None:
+    """The end record: the count of the records before it (a cut at a record boundary is
+    then seen by the reader, archive.bundle.records.checked_records); its id made of the
+    count, and its date ``date`` when given (publish writes the same bundle byte for byte)."""
+    body = json.dumps({"records": records}).encode()
+    headers = {"WARC-Record-ID": record_id("end", records), H_RECORDS: str(records)}
+    if date is not None:
+        headers["WARC-Date"] = date
+    writer.write_record(writer.create_warc_record(
+        END_URI, "resource", payload=io.BytesIO(body), length=len(body), warc_content_type="application/json",
+        warc_headers_dict=headers))
 
 
 def exchange_columns() -> list:

@@ -90,7 +90,8 @@ class _Import:
         """Every record of the file: warcinfo lines kept, pairs written as exchanges."""
         label, summary = self.label, self.summary
         pairing = Pairing(label)
-        for rec in records.read_records(fh, label, size):
+        walk = records.Walk()
+        for rec in records.read_records(fh, label, size, walk):
             summary.records += 1
             if rec.type == "warcinfo":
                 self.warcinfo(rec)
@@ -107,6 +108,7 @@ class _Import:
                 raise BadBundle(f"{label}: {rec.name()} has no partner record (request without response, or the "
                                 "reverse); the bundle is incomplete; nothing was imported")
             summary.unpaired += 1
+        summary.unterminated = walk.unterminated
         self.flush()
 
     def warcinfo(self, rec: Record) -> None:

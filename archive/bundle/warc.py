@@ -39,6 +39,7 @@ class ImportSummary:
     parse_failures: int = 0
     unpaired: int = 0
     foreign: int = 0
+    unterminated: bool = False  # no end record announced (written before end records): a cut at a record boundary is unseen
     configs: set[int] = field(default_factory=set)
     # Reading, verifying and inserting the exchanges (one transaction), and parsing them into answers
     # as they are inserted (archive.bundle.parse.Feed: all but the last batch) ...

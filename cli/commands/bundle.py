@@ -50,6 +50,9 @@ def import_cmd(
          # Both over the whole import: the answers are parsed while the records are read.
          + f"; {_per_second(s.exchanges_read, s.seconds_archive + s.seconds_parse)} exchanges/s verified and stored, "
            f"{_per_second(s.answers, s.seconds_archive + s.seconds_parse)} answers/s parsed")
+    if s.unterminated:
+        info("note: the bundle has no end record (written by an older engines or another tool): a cut exactly "
+             "between two records could not be seen; every record read was complete and digest-checked")
 
 
 def _per_second(n: int, seconds: float) -> str:

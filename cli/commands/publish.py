@@ -14,7 +14,8 @@ except ImportError:  # pragma: no cover
     from click.core import ParameterSource
 
 from cli.commands.common import get_db, info, progress_counter
-from store.errors import InputError
+from cli.interrupts import sigterm_as_interrupt
+from store.errors import InputError, UserError
 from store.text import escaped
 
 SHOWN_DIFFERENCES = 40
@@ -51,7 +52,7 @@ def publish_cmd(
                             shared_with=shared_with, snapshots=snapshots, styles=style, slice=slice_, epochs=epoch)
     db = get_db(ctx)
     t0 = time.perf_counter()
-    with progress_counter("published exchanges") as update:
+    with sigterm_as_interrupt(), progress_counter("published exchanges") as update:
         s = publish_bundle(db, out, options, with_corpus=with_corpus, progress=update)
     info(f"wrote {s.path}: {len(s.claim['systems'])} systems ({s.remote_systems} remote with {s.exchanges:,} exchanges, "
          f"{s.runs} run(s)), corpus {'embedded' if s.corpus_embedded else 'named by sha256'}, {s.bytes:,} bytes "
@@ -78,7 +79,21 @@ def verify_cmd(
     if db is None and root.get_parameter_source("db") == ParameterSource.COMMANDLINE:
         db = root.obj.get("db_url")  # `engines --db URL verify` is explicit; ENGINES_DATABASE_URL is ignored
     t0 = time.perf_counter()
-    report = verify_bundle(bundle, corpus=corpus, db_url=db, say=lambda m: info("  " + escaped(m)))
+    try:
+        with sigterm_as_interrupt():
+            report = verify_bundle(bundle, corpus=corpus, db_url=db, say=lambda m: info("  " + escaped(m)))
+    except UserError as exc:  # whatever stops verify, exit 1 stays "the figures differ"
+        exc.exit_code = 2
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug is not a verdict either
+        import os
+
+        from cli.main import DEBUG_ENV, unexpected_line
+
+        if os.environ.get(DEBUG_ENV):
+            raise
+        typer.echo(unexpected_line(exc), err=True)
+        raise typer.Exit(2) from None
     seconds = time.perf_counter() - t0
     if not report.differences:
         typer.echo(f"verified: {report.systems} systems, {report.figures_equal} figures equal")

@@ -10,7 +10,7 @@ importable from here; the modules, each one role:
 - :mod:`store.corpus.rows`: the row reader of reference, what a row is and which rows are
   refused (:func:`parse_row`, :func:`iter_rows`);
 - :mod:`store.corpus.batches`: the loader's fast path, lines → insertable batches of the
-  same rows (tests/test_corpus_exact.py checks both store the same thing);
+  same rows (tests/store/test_corpus_exact.py checks both store the same thing);
 - :mod:`store.corpus.readahead`: the thread that parses batches a few ahead of the inserts.
 """
 

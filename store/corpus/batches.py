@@ -4,7 +4,7 @@ The same rows as :func:`store.corpus.rows.parse_row` (the reference, beside this
 without its intermediate dict: one C getter per distinct key order, json's C encoder built
 once, the C scanner without json.loads' Python layers, and on PostgreSQL COPY text
 formatted here. Any row off the fast shape, and every error, goes through the reference.
-tests/test_corpus_exact.py checks that both store the same thing.
+tests/store/test_corpus_exact.py checks that both store the same thing.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :func:`parse_row` says what a row is and which rows are refused (and with what message);
 :func:`iter_rows` streams a file (plain or gzip) through it. The loader's fast path
 (:mod:`store.corpus.batches`) must store exactly what this module reads, and falls back to
-it for anything unusual; tests/test_corpus_exact.py compares the two.
+it for anything unusual; tests/store/test_corpus_exact.py compares the two.
 """
 
 from __future__ import annotations
