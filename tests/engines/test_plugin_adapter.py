@@ -15,7 +15,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "writing-an-adapter.md"
 BLOCK = re.compile(r"```(?:python|ini)\n# file: (\S+)\n(.*?)```", re.S)
 

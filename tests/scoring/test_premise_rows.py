@@ -8,7 +8,7 @@ import pytest
 
 import benchmarks
 from scoring.results import score
-from tests.test_scoring_support import cache, cache_url, prepared_cache  # noqa: F401  (fixtures)
+from tests.support.scoring import cache, cache_url, prepared_cache  # noqa: F401  (fixtures)
 
 PREMISE_ENGINES = ("leanpremise", "leansearch-ps", "leanstatesearch")
 
@@ -27,7 +27,7 @@ def test_premise_engines_scored_on_mathlibmpr_beside_bm25(cache):  # noqa: F811
     from engines.base import Rate
     from engines.emulate import StandIn
     from engines.local.runner import run_bm25
-    from tests.test_crawl import Quiet
+    from tests.support.crawl import Quiet
 
     rows = _slice_rows()
     rate = Rate(1000, 1.0)

@@ -70,7 +70,7 @@ def test_crawl_archive_reparse_export_publish(engine, any_db_url, tmp_path, caps
     from engines.emulate import FaultConfig, StandIn
     from engines.registry import get_adapter
     from store.corpus import load_corpus
-    from tests.test_crawl import Quiet
+    from tests.support.crawl import Quiet
 
     db = open_database(any_db_url)
     try:
