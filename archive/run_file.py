@@ -19,9 +19,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import shutil
-import sys
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +26,7 @@ from typing import Any, BinaryIO, Iterator
 
 from store.errors import InputError
 from store.sniff import refuse_other_kinds
+from store.stdin import spool_stdin
 from store.text import clean_json, clean_text
 
 FORMATS = ("trec", "jsonl", "ranx")
@@ -80,18 +78,6 @@ def _open_raw(path: Path) -> BinaryIO:
     with open(path, "rb") as fh:
         gz = fh.read(2) == b"\x1f\x8b"
     return gzip.open(path, "rb") if gz else open(path, "rb")
-
-
-def _spool_stdin() -> Path:
-    """Standard input copied to a temporary file, block by block (read like any file, never
-    whole in memory); the caller removes it."""
-    fd, name = tempfile.mkstemp(prefix="engines-run-", suffix=".stdin")
-    with open(fd, "wb") as out:
-        shutil.copyfileobj(sys.stdin.buffer, out, READ_BYTES)
-    if not Path(name).stat().st_size:
-        Path(name).unlink()
-        raise InputError("run from standard input (-): nothing was read; pipe a run file in")
-    return Path(name)
 
 
 def _blocks(path: Path, shown: Path | None = None) -> Iterator[tuple[int, bytes]]:
@@ -250,7 +236,7 @@ def parse_run(
         raise InputError(f"--order {order!r}: expected rank or score")
     if not stdin:
         refuse_other_kinds(path, ("trec-run", "jsonl-run"), "a run")
-    spooled = _spool_stdin() if stdin else None
+    spooled = spool_stdin("a run", prefix="engines-run-") if stdin else None
     try:
         return _parse_from(spooled or path, path, fmt, docnos, _key_check(path, qids, texts, bench), order, stdin)
     finally:

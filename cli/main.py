@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "cli.commands.demo",
     "cli.commands.run",
     "cli.commands.crawl",
+    "cli.commands.engines_list",
     "cli.commands.reparse",
     "cli.commands.sql",
     "cli.commands.drift",

@@ -109,7 +109,7 @@ def crawl_engines(db, opts: CrawlOptions, worker: str) -> list[CrawlEngine]:
                            num_results=opts.num_results, timeout=opts.timeout, stand_ins=opts.stand_ins,
                            rates=opts.rates, refresh=opts.refresh, refresh_if_older=opts.refresh_if_older,
                            epoch_label=opts.epoch_label, sample=opts.sample, seed=opts.seed,
-                           lease_ttl=opts.lease_ttl)
+                           lease_ttl=opts.lease_ttl, params=opts.params)
 
 
 def _start_lines(fetchers, opts: CrawlOptions, reporter: Reporter) -> None:

@@ -368,7 +368,12 @@ class Fetcher:
         if not 200 <= status < 300:
             await self._store(exchange)
             self.consecutive_failures = 0  # the engine answered; this query is refused
-            outcome.failed = f"HTTP {status}: {body[:120].decode('utf-8', 'replace')}"
+            refusal = getattr(self.adapter, "refusal", None)
+            try:
+                said = refusal(status, headers, body) if refusal is not None else None
+            except Exception:  # noqa: BLE001 - the default line below
+                said = None
+            outcome.failed = said or f"HTTP {status}: {body[:120].decode('utf-8', 'replace')}"
             self.on_event(f"{self.adapter.engine}: {outcome.failed} (not retried)")
             return True
         return False

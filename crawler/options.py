@@ -42,6 +42,7 @@ class CrawlOptions:
     stand_ins: dict[str, dict[str, Any]] = field(default_factory=dict)
     epoch_label: str | None = None  # label of the epoch this run crawls (default: date of its first send)
     refresh_if_older: float | None = None  # seconds: open a new epoch only when the newest began earlier
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # engine → adapter parameters (--param)
     max_body: int = MAX_BODY  # response bytes read at most (decompressed); the rest: archived truncated, failed
 
 

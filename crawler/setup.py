@@ -36,7 +36,8 @@ def resolve_engines(db, names: list[str], bench: str, *, worker: str, all_styles
                     urls: dict[str, str] | None = None, num_results: int | None = None, timeout: float | None = None,
                     stand_ins: dict[str, dict[str, Any]] | None = None, rates: dict[str, Rate] | None = None,
                     refresh: bool = False, refresh_if_older: float | None = None, epoch_label: str | None = None,
-                    sample: int | None = None, seed: int = 0, lease_ttl: float = 900.0) -> list[CrawlEngine]:
+                    sample: int | None = None, seed: int = 0, lease_ttl: float = 900.0,
+                    params: dict[str, dict[str, Any]] | None = None) -> list[CrawlEngine]:
     """Each named engine of the crawl (once): its adapter and configuration (:func:`engine_config`),
     its epoch (:func:`choose_epoch`), its rate (``rates``: engine or ``"*"`` → rate; else the
     adapter's courtesy rate) and its queue of due texts (the ``sample`` first of the seeded order only)."""
@@ -51,7 +52,8 @@ def resolve_engines(db, names: list[str], bench: str, *, worker: str, all_styles
     out: list[CrawlEngine] = []
     for name in dict.fromkeys(n.lower() for n in names):
         adapter, config_id, label = engine_config(db, name, url=(urls or {}).get(name), num_results=num_results,
-                                                  timeout=timeout, stand_in=(stand_ins or {}).get(name))
+                                                  timeout=timeout, stand_in=(stand_ins or {}).get(name),
+                                                  params=(params or {}).get(name))
         epoch = choose_epoch(db, name, config_id, refresh=refresh, refresh_if_older=refresh_if_older,
                              epoch_label=epoch_label)
         rate = rates.get(name) or rates.get("*") or adapter.defaults.rate
@@ -83,7 +85,7 @@ def check_hosts_resolve(names: list[str], urls: dict[str, str]) -> None:
         check_secrets_over_tls(adapter)  # a credential over plain http is refused first, network or not
         why = unresolved(adapter.base_url)
         if why is not None:
-            env = f"ENGINES_{name.upper()}_URL"
+            env = adapter.url_env()
             raise UserError(
                 f"{name}: host {adapter.host} does not resolve ({why}): no network, or a wrong --url / {env}; "
                 "nothing was sent and every text stays due, run the same command again when online",
@@ -91,21 +93,27 @@ def check_hosts_resolve(names: list[str], urls: dict[str, str]) -> None:
 
 
 def engine_config(db, name: str, *, url: str | None = None, num_results: int | None = None,
-                  timeout: float | None = None, stand_in: dict[str, Any] | None = None) -> tuple[Any, int, str]:
+                  timeout: float | None = None, stand_in: dict[str, Any] | None = None,
+                  params: dict[str, Any] | None = None) -> tuple[Any, int, str]:
     """The engine's adapter (after the TLS secret check), its stored configuration's id and label.
-    A ``stand_in`` identity replaces the base URL in the configuration (``engines demo``)."""
+    A ``stand_in`` identity replaces the base URL in the configuration (``engines demo``);
+    ``params`` are adapter parameters (``--param``), the result-changing ones named in the label."""
     from engines.registry import get_adapter
     from store.writes import ensure_config
 
-    params: dict[str, Any] = {}
+    given = dict(params or {})
+    kwargs: dict[str, Any] = {}
     if num_results is not None:
-        params["num_results"] = num_results
+        kwargs["num_results"] = num_results
     if timeout is not None:
-        params["timeout"] = timeout
-    adapter = get_adapter(name, base_url=url, **params)
+        kwargs["timeout"] = timeout
+    adapter = get_adapter(name, base_url=url, **{**kwargs, **given})
     check_secrets_over_tls(adapter)
     ident = adapter.identity()
     label = name if adapter.num_results == adapter.defaults.num_results else f"{name}@{adapter.num_results}"
+    changed = {k: v for k, v in given.items() if k in adapter.PARAMS}
+    if changed:
+        label += " " + " ".join(f"{k}={v}" for k, v in changed.items())
     if stand_in is not None:
         ident.pop("base_url", None)
         ident["stand_in"] = stand_in

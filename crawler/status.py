@@ -135,7 +135,7 @@ def host_lines(db, configs, now: float | None = None) -> list[str]:  # noqa: ANN
     names: dict[str, list[str]] = {}
     for cfg in configs:
         cls = ENGINES.get(cfg.engine)
-        url = (cfg.params or {}).get("base_url") or (cls.DEFAULT_URL if cls is not None else "")
+        url = (cfg.params or {}).get("base_url") or (cls.stored_url() if cls is not None else "")
         host = urlsplit(url).netloc.rpartition("@")[2]
         if host and cfg.engine not in names.setdefault(host, []):
             names[host].append(cfg.engine)

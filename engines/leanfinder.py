@@ -1,6 +1,11 @@
-"""Lean Finder adapter: the Hugging Face Inference Endpoint (ENGINE-APIS.md §4).
+"""Lean Finder adapter: ``POST`` to the Cloudflare proxy or the Hugging Face endpoint (ENGINE-APIS.md §4).
 
-``POST <endpoint>`` (no path) with ``{"inputs": text, "top_k": n, "version": v}``.
+``POST <endpoint>`` (no path) with ``{"inputs": text, "top_k": n, "version": v}``. The
+default base URL follows the most-used client, lean-lsp-mcp 0.32.0:
+``https://lean-lsp-proxy.leanfinder.workers.dev`` (its configurations record that
+``base_url``); the Hugging Face Inference Endpoint stays a known URL (``--url
+leanfinder=`` it) and is what a configuration archived without ``base_url`` means. A
+hit's ``score`` (stated to exist, scale unknown) is kept in its raw item, never used.
 
 Why ``version`` defaults to ``v4.19.0``: the Legendre leaderboard reports that the
 v4.24.0 and v4.28.0 indexes contain only definitions, theorems and inductives — no
@@ -44,6 +49,8 @@ from engines.rates import Rate
 from engines.remote import RemoteAdapter
 from store.errors import InputError
 
+PROXY_URL = "https://lean-lsp-proxy.leanfinder.workers.dev"
+HF_URL = "https://bxrituxuhpc70w8w.us-east-1.aws.endpoints.huggingface.cloud"
 DEFAULT_VERSION = "v4.19.0"
 KNOWN_VERSIONS = ("v4.19.0", "v4.24.0", "v4.28.0")
 DOCS_PATTERN = re.compile(r"pattern=(.*?)#doc")
@@ -72,7 +79,12 @@ class LeanFinderAdapter(RemoteAdapter):
     # 2: tolerant items (no Lean name, null item: dropped, ranks kept).
     # 3: NUL and lone surrogates decode to U+FFFD; JSON too deep to decode is a parse error (issue 21).
     parser_version = 3
-    DEFAULT_URL = "https://bxrituxuhpc70w8w.us-east-1.aws.endpoints.huggingface.cloud"
+    # lean-lsp-mcp 0.32.0's default (config.py), the most-used client (ENGINE-APIS.md §4.1).
+    DEFAULT_URL = PROXY_URL
+    # The Hugging Face endpoint, the default before: configurations archived without a
+    # base_url meant it and keep meaning it; crawls of the proxy record their base_url.
+    IDENTITY_URL = HF_URL
+    KNOWN_URLS = (HF_URL,)
     PARAMS = {"version": DEFAULT_VERSION}
     defaults = EngineDefaults(rate=Rate(10, 30.0), timeout=30.0, result_cap=None, batch_size=1, num_results=50)
 

@@ -15,8 +15,11 @@ from typing import Any
 
 from engines.leanexplore import LeanExploreAdapter
 from engines.leanexplore_mcp import LeanExploreMcpAdapter
+from engines.leandex import LeanDexAdapter
 from engines.leanfinder import LeanFinderAdapter
+from engines.leanpremise import LeanPremiseAdapter
 from engines.leansearch import LeanSearchAdapter
+from engines.leansearch_ps import LeanSearchPSAdapter
 from engines.leanstatesearch import LeanStateSearchAdapter
 from engines.loogle import LoogleAdapter
 from engines.octo import OctoAdapter
@@ -37,12 +40,12 @@ def register(cls: type[RemoteAdapter]) -> type[RemoteAdapter]:
     """
     name = cls.engine
     problems = []
-    if not name or name != name.lower() or not name.replace("-", "_").isidentifier():
-        problems.append(f"engine name {name!r} must be a lower-case identifier")
+    if not name or name != name.lower() or not name.replace("-", "_").isidentifier() or name[-1] == "-":
+        problems.append(f"engine name {name!r} must be lower-case letters, digits, _ and -")
     if not cls.display_name:
         problems.append("no display_name")
-    if not cls.DEFAULT_URL or not getattr(cls, "defaults", None):
-        problems.append("no DEFAULT_URL or defaults")
+    if not (cls.DEFAULT_URL or cls.run_hint) or not getattr(cls, "defaults", None):
+        problems.append("no DEFAULT_URL (or run_hint for a self-hosted engine) or defaults")
     if cls.transport not in TRANSPORTS:
         problems.append(f"transport {cls.transport!r} is not one of {', '.join(TRANSPORTS)}")
     if cls.stand_in and cls.stand_in.count(":") != 1:
@@ -62,9 +65,46 @@ register(LeanExploreAdapter)
 register(LeanFinderAdapter)
 register(LoogleAdapter)
 register(LeanStateSearchAdapter)
+register(LeanPremiseAdapter)
+register(LeanSearchPSAdapter)
+register(LeanDexAdapter)
 register(TheoremSearchAdapter)
 register(OctoAdapter)
 register(LeanExploreMcpAdapter)
+
+ENTRY_POINT_GROUP = "engines.adapters"
+ORIGINS: dict[str, str] = {}  # engine → the distribution that registered it (absent: built in)
+PLUGIN_ERRORS: list[str] = []  # one line per entry point that could not be registered
+
+
+def load_plugins() -> None:
+    """Register the adapters other packages declare in the ``engines.adapters`` entry-point
+    group (``name = "package.module:AdapterClass"``; the name must be the class's ``engine``).
+
+    A plug-in that fails to import or to register is left out with one line in
+    :data:`PLUGIN_ERRORS` (``engines list`` shows them): a broken package never stops
+    the built-in engines."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(getattr(ep, "dist", None), "name", None) or ep.module.split(".")[0]
+        try:
+            cls = ep.load()
+            if getattr(cls, "engine", None) != ep.name:
+                raise ValueError(f"entry point name {ep.name!r} is not the class's engine {getattr(cls, 'engine', None)!r}")
+            if ENGINES.get(ep.name) is cls:
+                continue
+            register(cls)
+        except Exception as exc:  # noqa: BLE001 - one line, the rest still load
+            PLUGIN_ERRORS.append(f"{ENTRY_POINT_GROUP} {ep.name} = {ep.value} ({dist}): {type(exc).__name__}: {exc}"[:300])
+            continue
+        ORIGINS[ep.name] = dist
+
+
+def origin(engine: str) -> str:
+    """``"built-in"``, or the distribution whose entry point registered ``engine``."""
+    return ORIGINS.get(engine, "built-in")
+
 
 
 def engine_list(last: str = ", ") -> str:
@@ -124,9 +164,16 @@ def adapter_for_config(engine: str, params: dict[str, Any] | None, endpoint_vers
         raise InputError(f"no adapter for engine {engine!r}; known engines: {', '.join(ENGINES)}")
     params = dict(params or {})
     stored_endpoint = params.get("endpoint_version", endpoint_version)
-    base_url = params.get("base_url") or cls.DEFAULT_URL
+    # A self-hosted engine's stand-in configuration (the demo's) records no base URL and the
+    # engine has no public one: parsing needs none, so a loopback placeholder.
+    base_url = params.get("base_url") or cls.stored_url() or "http://127.0.0.1"
     adapter = cls(base_url, **{k: v for k, v in params.items() if k not in IDENTITY_ONLY})
     if stored_endpoint is not None and stored_endpoint != adapter.endpoint_version:
         raise InputError(f"{engine}: stored endpoint {stored_endpoint!r}, the adapter speaks "
                          f"{adapter.endpoint_version!r}")
     return adapter
+
+
+# Last, once every name above exists: a plug-in's module may import engines.emulate (its
+# stand-in), which imports this module back.
+load_plugins()

@@ -53,7 +53,12 @@ class RemoteAdapter:
     engine: str = ""  # registry name, e.g. "leansearch" (also ENGINES_<NAME>_URL)
     display_name: str = ""  # as people write it: "Lean Finder" (labels, --system matching)
     summary: str = ""  # one line for help texts and docs
-    DEFAULT_URL: str = ""  # the public service
+    DEFAULT_URL: str = ""  # the public service (where a crawl goes without --url)
+    # The URL an identity without ``base_url`` means (default: DEFAULT_URL). When the default
+    # moves to another server, the old one stays here, so archived configurations keep
+    # their identities and the new default's configurations record their base_url.
+    IDENTITY_URL: str = ""
+    KNOWN_URLS: tuple[str, ...] = ()  # other public servers of the same service
     defaults: EngineDefaults  # courtesy rate, timeout, result cap, batch size, results per query
     transport: str = "http"  # how requests travel (the crawler speaks "http")
     stand_in: str = ""  # "module:Class" of its loopback stand-in API (engines.emulate.apis.EngineAPI)
@@ -68,6 +73,10 @@ class RemoteAdapter:
     # Environment variables holding this engine's secrets (API keys): a crawl refuses to
     # start when one of them would go over plain http:// to a non-loopback host.
     SECRET_ENVS: tuple[str, ...] = ()
+    # A self-hosted engine has no public DEFAULT_URL: this one line says how to run its
+    # server, and a crawl without --url / ENGINES_<NAME>_URL stops with it.
+    run_hint: str = ""
+    liveness_path: str = ""  # a cheap GET that answers when the service is up ("" : none known)
 
     # --- the parse template's settings ---------------------------------------------------
     json_object: bool = False  # the answer's top level must be a JSON object
@@ -77,8 +86,12 @@ class RemoteAdapter:
     def __init__(self, base_url: str | None = None, **params: Any) -> None:
         from store.errors import InputError
 
-        env = f"ENGINES_{self.engine.upper().replace('-', '_')}_URL"
+        env = self.url_env()
         url = base_url or os.environ.get(env) or self.DEFAULT_URL
+        if not url:
+            raise InputError(f"{self.engine}: no public server; pass --url {self.engine}=http://HOST:PORT "
+                             f"or set {env}. {self.run_hint}".rstrip())
+        self.notes: list[str] = []  # what the constructor changed, for the user (one line each)
         self.base_url = check_base_url(self.engine, url, f"--url or {env}")
         self.batch_size = int(params.pop("batch_size", self.defaults.batch_size))
         if self.batch_size < 1 or (self.MAX_BATCH is not None and self.batch_size > self.MAX_BATCH):
@@ -93,6 +106,16 @@ class RemoteAdapter:
         if params:
             known = ", ".join(["batch_size", "num_results", "timeout", *self.PARAMS])
             raise InputError(f"{self.engine}: unknown parameter(s) {', '.join(sorted(params))}; known: {known}")
+
+    @classmethod
+    def url_env(cls) -> str:
+        """``ENGINES_<NAME>_URL`` (``-`` in the name becomes ``_``)."""
+        return f"ENGINES_{cls.engine.upper().replace('-', '_')}_URL"
+
+    @classmethod
+    def stored_url(cls) -> str:
+        """The base URL of a stored configuration that records none (:attr:`IDENTITY_URL`)."""
+        return (cls.IDENTITY_URL or cls.DEFAULT_URL).rstrip("/")
 
     @property
     def host(self) -> str:
@@ -109,7 +132,7 @@ class RemoteAdapter:
         }
         # A stand-in or mirror must never share cache rows with the public service. The
         # identity is stored and shown (params, label): credentials in the URL stay out.
-        if self.base_url != self.DEFAULT_URL.rstrip("/"):
+        if self.base_url != self.stored_url():
             ident["base_url"] = redact_url(self.base_url)
         return ident
 
@@ -122,6 +145,12 @@ class RemoteAdapter:
         """
         if status_code in OUTAGE_STATUSES:
             return f"HTTP {status_code}: {snippet(body, 100)}"
+        return None
+
+    def refusal(self, status_code: int, headers: Mapping[str, str], body: bytes) -> str | None:
+        """The one line a permanent non-2xx answer (a 4xx the fetcher does not retry) is
+        recorded with, or None for the default ``HTTP <status>: <body start>``. Adapters say
+        what the status means for their engine (a field a 422 names, a wrong base URL)."""
         return None
 
     def read_request(self, method: str, url: str, body: bytes | None) -> AskedFor | None:

@@ -96,6 +96,11 @@ def read_score_json(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: not a JSON score file ({exc})") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: a score file is a JSON object, got {type(data).__name__}")
+    from scoring.results import SCHEMA
+
+    if data.get("schema") != SCHEMA:  # before anything reads its systems
+        raise InputError(f"{path}: score file has schema {data.get('schema')!r}, expected {SCHEMA!r}; "
+                         "re-run engines score")
     return data
 
 

@@ -113,7 +113,8 @@ def expected_host(engine: str, params: dict[str, Any]) -> str:
 
     if "stand_in" in params:
         return "a loopback address: a stand-in"
-    base = params.get("base_url") or getattr(ENGINES.get(engine), "DEFAULT_URL", "") or "?"
+    cls = ENGINES.get(engine)
+    base = params.get("base_url") or (cls.stored_url() if cls is not None else "") or "?"
     return urlsplit(base).netloc or base
 
 
@@ -127,5 +128,6 @@ def url_belongs(engine: str, params: dict[str, Any], url: str) -> bool:
         return False
     if "stand_in" in params:
         return _is_loopback(got[1])
-    base = params.get("base_url") or getattr(ENGINES.get(engine), "DEFAULT_URL", None)
+    cls = ENGINES.get(engine)
+    base = params.get("base_url") or (cls.stored_url() if cls is not None else None)
     return bool(base) and got == _origin(base)

@@ -23,7 +23,8 @@ def known_hosts() -> dict[str, str]:
     """Public host of each engine → its name."""
     from engines.registry import ENGINES
 
-    return {urlsplit(cls.DEFAULT_URL).netloc: name for name, cls in ENGINES.items()}
+    return {urlsplit(url).netloc: name for name, cls in ENGINES.items()
+            for url in (cls.stored_url(), cls.DEFAULT_URL, *cls.KNOWN_URLS) if url}
 
 
 def foreign_identity(engine: str, method: str, url: str, body: bytes) -> tuple[Any, list[str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Optional
 
@@ -17,6 +18,7 @@ from store.benchmarks import load_benchmark_file, load_shipped
 from store.corpus import load_corpus
 from store.errors import InputError
 from store.models import Benchmark, Corpus, Query, Subset, SubsetMember
+from store.stdin import STDIN, benchmark_from_stdin, corpus_from_stdin
 
 db_app = typer.Typer(help="Schema migrations of the cache database.", no_args_is_help=True)
 corpus_app = typer.Typer(help="Load and list corpora (declaration sets).", no_args_is_help=True)
@@ -91,15 +93,19 @@ def db_reader(ctx: typer.Context) -> None:
 @corpus_app.command("load")
 def corpus_load(
     ctx: typer.Context,
-    src: str = typer.Argument(..., help="A .jsonl / .jsonl.gz file, or hf://OWNER/DATASET@REVISION[/FILE]."),
+    src: str = typer.Argument(..., help="A .jsonl / .jsonl.gz file, hf://OWNER/DATASET@REVISION[/FILE], or - for stdin."),
     name: str = typer.Option(..., "--name", "-n", help="Corpus name, e.g. mathlib-4280."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Revision label (hf:// sources carry their own)."),
 ) -> None:
     """Load a corpus in the LeanSearch v2 schema (one transaction, streamed)."""
     db = get_db(ctx)
     t0 = time.perf_counter()
-    with progress_counter(f"loading {name}") as update:
-        res = load_corpus(db, src, name=name, revision=revision, progress=update)
+    with ExitStack() as stack:
+        shown = None
+        if src == STDIN:  # piped in: spooled to a file, recorded as "-"
+            src, shown = str(stack.enter_context(corpus_from_stdin())), STDIN
+        with progress_counter(f"loading {name}") as update:
+            res = load_corpus(db, src, name=name, revision=revision, progress=update, shown_as=shown)
     dt = time.perf_counter() - t0
     if not res.created:
         info(f"corpus {res.name}@{res.revision} already loaded from this file (sha256 {res.sha256[:12]}); nothing to do")
@@ -127,7 +133,7 @@ def corpus_list(ctx: typer.Context) -> None:
 def bench_load(
     ctx: typer.Context,
     src: list[Path] = typer.Argument(
-        None, help="Benchmark files (MathlibQR.json, MathlibMPR.json, subsets), a BEIR directory or a JSONL benchmark."
+        None, help="Benchmark files (MathlibQR.json, MathlibMPR.json, subsets), a BEIR directory, a JSONL benchmark, or - for stdin (with --name)."
     ),
     shipped: bool = typer.Option(False, "--shipped", help="Load every benchmark file shipped with the package."),
     name: Optional[str] = typer.Option(None, "--name", help="Name to load under (default: the canonical name)."),
@@ -147,9 +153,14 @@ def bench_load(
     db = get_db(ctx)
     results = load_shipped(db) if shipped else []
     for path in src or []:
-        with slow_progress(f"loading benchmark {sized(path)}"):
-            results.append(load_benchmark_file(db, path, name=name, allow_modified=allow_modified, split=split,
-                                               task=task))
+        with ExitStack() as stack:
+            if str(path) == STDIN:  # piped in: spooled to NAME.json / NAME.jsonl
+                if not name:
+                    raise InputError("bench load - (standard input) needs --name: a piped file has no name")
+                path = stack.enter_context(benchmark_from_stdin(name))
+            with slow_progress(f"loading benchmark {sized(path)}"):
+                results.append(load_benchmark_file(db, path, name=name, allow_modified=allow_modified, split=split,
+                                                   task=task))
     for res in results:
         what = ", ".join(res.names)
         state = "loaded" if res.created else "already loaded"

@@ -82,6 +82,8 @@ def crawl_cmd(
     epoch_label: Optional[str] = typer.Option(
         None, "--epoch-label", help="Label of the epoch this run crawls, e.g. 2026-12 (default: the date of its first send)."),
     url: list[str] = typer.Option(None, "--url", help="Base URL override ENGINE=URL (e.g. a stand-in); repeatable."),
+    param: list[str] = typer.Option(
+        None, "--param", help="An engine parameter ENGINE.KEY=VALUE (engines list shows them); repeatable."),
     num_results: Optional[int] = typer.Option(None, "--num-results", min=1, help="Results requested per query (a new configuration)."),
     all_styles: bool = typer.Option(False, "--all-styles", help="Also send non-primary styles (MathlibMPR formal statements)."),
     sample: Optional[int] = typer.Option(
@@ -111,6 +113,7 @@ def crawl_cmd(
     from crawler.fetch import RetryPolicy
     from crawler.pacing import parse_rate
     from crawler.crawl import CrawlOptions, Reporter, RichReporter, run_crawl, summary_lines
+    from engines.params import parse_param_options
     from engines.registry import ENGINES
 
     names = [e.lower() for e in engines]
@@ -135,8 +138,15 @@ def crawl_cmd(
     for k in list(rates) + list(urls):
         if k != "*" and k not in names:
             raise InputError(f"--rate/--url names engine {k!r}, which is not being crawled ({', '.join(names)})")
+    params = parse_param_options(param, names)
+    for n in names:  # every parameter checked before anything is opened; what an adapter changed, said
+        from engines.registry import get_adapter
+
+        common = {k: v for k, v in (("num_results", num_results), ("timeout", timeout)) if v is not None}
+        for note in get_adapter(n, urls.get(n) or None, **{**common, **params.get(n, {})}).notes:
+            info(note)
     opts = CrawlOptions(
-        engines=names, bench=bench, rates=rates, urls=urls, num_results=num_results, limit=limit,
+        params=params, engines=names, bench=bench, rates=rates, urls=urls, num_results=num_results, limit=limit,
         deadline=parse_duration(deadline) if deadline else None, refresh=refresh, all_styles=all_styles,
         retry_failed=retry_failed, lease_ttl=lease_ttl, timeout=timeout, margin=margin, sample=sample, seed=seed,
         epoch_label=epoch_label, refresh_if_older=parse_duration(refresh_if_older) if refresh_if_older else None,

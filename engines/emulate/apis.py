@@ -37,6 +37,9 @@ class Reply:
     content_type: str = JSON
     headers: dict[str, str] = field(default_factory=dict)
     served: bool = False  # a well-formed search answer (counted in stats.served)
+    # Sent as these pieces, one write each with a pause between, chunked transfer encoding
+    # (a streaming server: an SSE stream whose framing is split across the client's reads).
+    chunks: list[bytes] | None = None
 
 
 @dataclass
@@ -281,13 +284,14 @@ class LeanFinderAPI(EngineAPI):
             items = finish_items(items, mods, "url", "link")
         else:
             items = [{
+                "score": round(float(score), 6),
                 "formal_name": r.name,
                 "informal_name": r.get("informal_name") or "",
                 "kind": r.get("kind") or "",
                 "type": r.get("type") or (r.get("signature") or "").strip(),
                 "informal_description": r.get("informal_description") or "",
                 "path": "/".join(r.module_parts),
-            } for r, _ in ranked]
+            } for r, score in ranked]
             items = finish_items(items, mods, self.name_key, self.drift_key)
         return jreply(200, {"results": items}, served=True)
 

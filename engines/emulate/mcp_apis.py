@@ -173,8 +173,9 @@ class SdkMcpAPI(EngineAPI):
     def rate_limited(self, retry_after: float) -> Reply:
         return jreply(429, {"error": "Rate limit exceeded"}, headers={"Retry-After": str(max(1, math.ceil(retry_after)))})
 
-    def handle(self, req: Request, mods: Mods) -> Reply:  # pragma: no cover - served by ahandle
-        raise NotImplementedError
+    def handle(self, req: Request, mods: Mods):
+        """An awaitable :class:`Reply` (the stand-in awaits it): the SDK app answers."""
+        return self.ahandle(req, mods)
 
     def texts(self, req: Request) -> list[str]:
         return TheoremSearchAPI.texts(self, req)
@@ -196,8 +197,12 @@ class SdkMcpAPI(EngineAPI):
         if "mcp-session-id" in out:
             self.sessions.add(out["mcp-session-id"])
         ctype = r.headers.get("content-type", "application/json")
-        return Reply(r.status_code, r.content, content_type=ctype, headers=out,
-                     served=r.status_code == 200 and b'"structuredContent"' in r.content)
+        body = r.content
+        # SSE framing split across reads: the event's lines arrive in three writes.
+        chunks = [body[:5], body[5:len(body) // 2], body[len(body) // 2:]] if (
+            self.split_sse and "event-stream" in ctype and len(body) > 8) else None
+        return Reply(r.status_code, body, content_type=ctype, headers=out, chunks=chunks,
+                     served=r.status_code == 200 and b'"structuredContent"' in body)
 
     def _as_sdk1(self, req: Request) -> Reply | None:
         """The handshake-only variants refuse the 2026-07-28 era as an SDK 1.x server does."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import random
 import socket
 import struct
@@ -305,20 +306,23 @@ class StandIn:
 
     async def _write(self, writer: asyncio.StreamWriter, reply: Reply, keep_alive: bool) -> None:
         reason = HTTPStatus(reply.status).phrase if reply.status in HTTPStatus._value2member_map_ else ""
+        length = "Transfer-Encoding: chunked" if reply.chunks is not None else f"Content-Length: {len(reply.body)}"
         head = [f"HTTP/1.1 {reply.status} {reason}", f"Content-Type: {reply.content_type}",
-                f"Content-Length: {len(reply.body)}", "Server: engines-stand-in",
+                length, "Server: engines-stand-in",
                 f"Connection: {'keep-alive' if keep_alive else 'close'}"]
         head += [f"{k}: {v}" for k, v in reply.headers.items() if k != "Connection"]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-        body = reply.body
-        if getattr(self.api, "split_sse", False) and "event-stream" in reply.content_type and len(body) > 8:
-            # SSE framing split across reads: the event's lines arrive in three writes.
-            for cut in (body[:5], body[5:len(body) // 2]):
-                writer.write(cut)
+        head_bytes = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+        if reply.chunks is None:
+            writer.write(head_bytes + reply.body)
+            await writer.drain()
+            return
+        writer.write(head_bytes)
+        for piece in reply.chunks:  # one write each, a pause between: separate reads at the client
+            if piece:
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                 await writer.drain()
-                await asyncio.sleep(0.02)
-            body = body[len(body) // 2:]
-        writer.write(body)
+                await asyncio.sleep(0.002)
+        writer.write(b"0\r\n\r\n")
         await writer.drain()
 
     # ---------------------------------------------------------------- behaviour
@@ -388,8 +392,9 @@ class StandIn:
         else:
             mods = Mods(drift=u["schema_drift"] < f.schema_drift,
                         duplicate=dup_rng if u["duplicates"] < f.duplicates else None)
-            reply = self._replay(req) or (await self.api.ahandle(req, mods) if hasattr(self.api, "ahandle")
-                                          else self.api.handle(req, mods))
+            reply = self._replay(req) or self.api.handle(req, mods)
+            if inspect.isawaitable(reply):  # an ASGI app (engines.emulate.asgi)
+                reply = await reply
             if reply.served and mods.drift:
                 fault = "schema_drift"
             elif reply.served and mods.duplicate is not None:

@@ -7,7 +7,7 @@ gold). The pieces it drives live beside it in :mod:`store.corpus`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import Any, Callable
 
@@ -118,10 +118,14 @@ def load_corpus(
     name: str,
     revision: str | None = None,
     progress: Callable[[int], None] | None = None,
+    shown_as: str | None = None,
 ) -> LoadResult:
     """Load a corpus file in one transaction. Same file again → no-op; another file under
-    the same (name, revision) → refused."""
+    the same (name, revision) → refused. ``shown_as``: the source as recorded and named in
+    messages, when ``src`` is a stand-in (standard input spooled to a file: ``-``)."""
     source = resolve_source(src)
+    if shown_as is not None:
+        source = replace(source, display=shown_as)
     if revision and source.revision and revision != source.revision:
         raise InputError(f"--revision {revision} contradicts the revision in {src}")
     revision = revision or source.revision or LOCAL_REVISION

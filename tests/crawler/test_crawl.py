@@ -111,10 +111,15 @@ def test_faults_are_survived_and_archived(mpr_url: str, rows) -> None:
         res = summary.results[0]
         assert res.answered_now == 30 and res.exhausted == 0, rep.lines
         assert summary.exit_code == 3  # limit 30 of 69
-        # Every attempt is archived: the server's requests equal the archived exchanges.
-        assert table_count(mpr_url, Exchange) == srv.stats.requests == res.attempts
+        # Every attempt is archived: the server's requests equal the archived exchanges. On a busy
+        # machine the client's 0.4 s timeout can also fire on a request the server had not yet
+        # read (archived as a transport error, unseen by the server): those are the only surplus.
+        exchanges = table_count(mpr_url, Exchange)
         n_transport = table_count(mpr_url, Exchange, Exchange.transport_error.is_not(None))
-        assert n_transport == srv.stats.faults["reset"] + srv.stats.faults["timeout"]
+        injected_transport = srv.stats.faults["reset"] + srv.stats.faults["timeout"]
+        late = n_transport - injected_transport  # client timeouts the stand-in did not inject
+        assert exchanges == res.attempts and late >= 0
+        assert srv.stats.requests <= exchanges <= srv.stats.requests + late
         # Parse failures are stored against their exchange and never become answers.
         bad = table_count(mpr_url, ParseOutcome, ParseOutcome.ok.is_(False))
         assert bad == srv.stats.faults["html_200"] + srv.stats.faults["truncated"]

@@ -42,6 +42,13 @@ LS_RECORD = {
 LS_DOC = [[{"result": LS_RECORD, "distance": 0.0862322449684143}]]
 
 
+
+@pytest.fixture(autouse=True)
+def _self_hosted_url(monkeypatch):
+    """leansearch-ps has no public server: its adapter needs a URL (here a loopback one)."""
+    monkeypatch.setenv("ENGINES_LEANSEARCH_PS_URL", "http://127.0.0.1:8080")
+
+
 def ls_hit(name, distance, **extra):
     return {"result": {**LS_RECORD, "name": name, **extra}, "distance": distance}
 
@@ -223,15 +230,18 @@ def test_leanfinder_old_schema_skips_non_docs_urls_but_keeps_ranks():
 
 # --- requests --------------------------------------------------------------------------
 
-def test_registry_lists_engines_and_rejects_unknown():
-    assert set(ENGINES) == {"leansearch", "leanexplore", "leanfinder", "loogle", "leanstatesearch",
-                            "theoremsearch", "octo", "leanexplore-mcp"}
-    with pytest.raises(InputError, match="leansearch, leanexplore, leanfinder, loogle, leanstatesearch, "
-                                         "theoremsearch, octo, leanexplore-mcp"):
+def test_registry_lists_engines_and_rejects_unknown(monkeypatch):
+    assert set(ENGINES) == {"leansearch", "leanexplore", "leanfinder", "loogle", "leanstatesearch", "leanpremise",
+                            "leansearch-ps", "leandex", "theoremsearch", "octo", "leanexplore-mcp"}
+    with pytest.raises(InputError, match="leansearch, leanexplore, leanfinder, loogle, leanstatesearch"):
         get_adapter("moogle")
     for name in ENGINES:
-        a = get_adapter(name)
+        a = get_adapter(name, "http://127.0.0.1:8080" if name == "leansearch-ps" else None)
         assert isinstance(a, Adapter) and a.engine == name and isinstance(a.parser_version, int)
+    # A self-hosted engine without a URL: one line saying how to run its server.
+    monkeypatch.delenv("ENGINES_LEANSEARCH_PS_URL")
+    with pytest.raises(InputError, match=r"no public server; pass --url leansearch-ps=.*ENGINES_LEANSEARCH_PS_URL.*Run"):
+        get_adapter("leansearch-ps")
 
 
 def test_leansearch_request():

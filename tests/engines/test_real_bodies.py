@@ -27,8 +27,8 @@ import sqlalchemy as sa
 
 from crawler.fetch import RetryPolicy
 from crawler.crawl import CrawlOptions, run_crawl
-from engines import jsonbody, leanexplore, leanfinder, leansearch, leanstatesearch, loogle, mcpwire, octo, protocol, sse
-from engines import theoremsearch
+from engines import (jsonbody, leandex, leanexplore, leanfinder, leanpremise, leansearch, leansearch_ps, leanstatesearch,
+                     loogle, mcpwire, octo, protocol, sse, theoremsearch)
 from engines.base import EngineHTTPError, EngineOutage, EngineParseError, HitList, Rate, config_hash
 from engines.emulate import StandIn
 from engines.remote import RemoteAdapter
@@ -44,6 +44,13 @@ JSON_CT = {"content-type": "application/json"}
 FAST = Rate(20, 0.5)
 TINY_CORPUS = [{"name": ["Nat", "add_comm"], "module_name": ["Mathlib", "Algebra", "Group", "Defs"],
                 "signature": "(n m : ℕ) : n + m = m + n"}]
+
+
+
+@pytest.fixture(autouse=True)
+def _self_hosted_url(monkeypatch):
+    """leansearch-ps has no public server: its adapter needs a URL (here a loopback one)."""
+    monkeypatch.setenv("ENGINES_LEANSEARCH_PS_URL", "http://127.0.0.1:8080")
 
 
 def raw(rel: str) -> bytes:
@@ -337,7 +344,8 @@ def test_leanstatesearch_request_goal_rev_and_identity():
 def test_courtesy_defaults_are_the_most_conservative_known_clients():
     assert {n: str(c.defaults.rate) for n, c in ENGINES.items()} == {
         "leansearch": "3/30s", "leanexplore": "24/60s", "leanfinder": "10/30s", "loogle": "3/30s",
-        "leanstatesearch": "6/30s", "theoremsearch": "1/2s", "octo": "1/3s", "leanexplore-mcp": "30/60s"}
+        "leanstatesearch": "6/30s", "leanpremise": "6/30s", "leansearch-ps": "1/1s", "leandex": "3/30s",
+        "theoremsearch": "1/2s", "octo": "1/3s", "leanexplore-mcp": "30/60s"}
 
 
 def test_leanstatesearch_stand_in_answers_and_refuses_like_route_ts():
@@ -525,6 +533,9 @@ PARSER_FINGERPRINTS = {
     "leanfinder": (3, "3e9155ca02ecdaaedc1e5844bef8fe73d2ff762f41595608afb352f4083b2cd1"),
     "loogle": (4, "dccacc6f70e7d80ad4c03614bde31faa96af7d35b835e51fd68da5aba229a195"),
     "leanstatesearch": (2, "e995e8163d87d42a6d5bd7c5da7a1fa73feed09f426321f57eb0c091428d948f"),
+    "leanpremise": (1, "20443e67bdb4eb4a397ffc72940e52adea593e4268857d6338c111b4b7471df9"),
+    "leansearch-ps": (1, "0cf688474e799a5a1ce21e28036522a70b48a5f64dfd4262a34a44a961a9f008"),
+    "leandex": (1, "fd2522675b740245e3ba730c299bb872e528d46283e8607fe9168c4da3d4c519"),
     "theoremsearch": (1, "cf45c619b83bf234c882a1ab019ec37f3dc3bcb1a0251a233ba565a10dbd4bef"),
     "octo": (1, "2aa4b6221ae0f8ee33b7ccb9a3df256c21f7027288b11065f30d9846a6a71263"),
     "leanexplore-mcp": (1, "2921b8489677630ad7c40b6efa061d227319a5a05f3fa6029c4e52991f168e58"),
@@ -541,6 +552,9 @@ PARSE_CODE = {
     "leanfinder": [leanfinder.detect_schema, leanfinder.DOCS_PATTERN.pattern],
     "loogle": [loogle.is_backend_crash, loogle._CRASH.pattern],
     "leanstatesearch": [leanstatesearch.error_message],
+    "leanpremise": [leanpremise.fastapi_detail],
+    "leansearch-ps": [leansearch_ps.NAME],
+    "leandex": [leanexplore.result_name, sse.SSEParser, sse.parse_sse, leandex.EVENT_STREAM],
     # The MCP engines share the JSON-RPC / SSE reading (engines.mcpwire, engines.sse).
     "theoremsearch": [mcpwire.rpc_message, sse.parse_sse, mcpwire.McpAdapter.rpc_error, theoremsearch.TheoremSearchAdapter.hit_list],
     "octo": [mcpwire.rpc_message, sse.parse_sse, mcpwire.McpAdapter.rpc_error, octo.OctoAdapter.tool_error],

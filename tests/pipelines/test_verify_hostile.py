@@ -29,7 +29,7 @@ import pytest
 END_URI = "urn:engines:end"
 H_END = "WARC-Engines-End"
 H_RECORDS = "WARC-Engines-Records"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
 
 
