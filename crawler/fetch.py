@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import hashlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from archive.outcome import FAILED, OUTAGE, REFUSED, Outcome, Parsed, failure, write_outcomes
 from archive.outcome import outcome as parse_outcome
-from crawler.mcp_session import McpSession
+from crawler.mcp_session import session_for
 from crawler.pacing import Pacer
 from crawler.retry import RETRY_AFTER_MAX, EngineBroken, Retryable, RetryPolicy, Wait, parse_retry_after  # noqa: F401
 from crawler.retry import one_prefix
@@ -154,7 +153,7 @@ class Fetcher:
         self.exchanges = 0
         self.outages = 0  # outage answers seen by this fetcher
         self.max_body = max_body
-        self.mcp = McpSession(self) if hasattr(adapter, "build_call") else None  # MCP: the worker's session
+        self.session = session_for(self)  # MCP engines: the worker's session (crawler.mcp_session); else a no-op
 
     # ------------------------------------------------------------------ public
 
@@ -223,8 +222,7 @@ class Fetcher:
         items = await self._keep_due(items, outcome)
         if not items:
             return  # nothing left to send, so no slot is taken
-        if self.mcp is not None:  # MCP (crawler.mcp_session): the worker's session first, preambles paced
-            await self.mcp.ready(attempt)  # raises McpFailure (EngineBroken) when it cannot open
+        await self.session.ready(attempt)  # MCP: open the session first, preambles paced (EngineBroken if it cannot)
         # The slot is taken last, after the lease check (database work) and building the
         # request: until the departure corrects the send log, other workers count this send
         # from the grant, so every millisecond between the two eats into the safety margin.
@@ -239,8 +237,7 @@ class Fetcher:
                 return
         texts = [t for _, t in items]
         exchange, headers, truncated, elapsed = await self._send(texts, attempt, granted)
-        if self.mcp is not None:
-            await self.mcp.check_expired(texts, exchange)  # an ended session: archived, Retryable, re-opened
+        await self.session.check_expired(texts, exchange)  # MCP: an ended session is archived, Retryable, re-opened
         if await self._refused(exchange, headers, truncated, attempt, outcome):
             return
         await self._answer(exchange, headers, items, attempt, outcome, elapsed)
@@ -249,8 +246,7 @@ class Fetcher:
                     request: httpx.Request | None = None) -> tuple[dict[str, Any], dict, bool, float]:
         """Send the request (default: the adapter's for ``texts``) and read the response: (the exchange row, the
         headers as received, body truncated, elapsed ms). A transport error or timeout is archived and raises Retryable."""
-        if request is None:  # the MCP session's tools/call, or the adapter's request
-            request = (self.mcp or self.adapter).build_request(texts)
+        request = self.session.build_request(texts) if request is None else request  # MCP: on the session
         body_out = request.content if request.content else None
         left: list[float] = []
         correcting: list[asyncio.Task] = []
@@ -431,8 +427,7 @@ class Fetcher:
                   transport_error: str | None = None) -> dict[str, Any]:
         """The exchange row as archived (secrets redacted)."""
         url = redact_url(str(request.url))
-        fp = self.mcp.fingerprint(request.method, url, body_out) if self.mcp is not None else hashlib.sha256(
-            b"\0".join([request.method.encode(), url.encode(), body_out or b""])).hexdigest()  # MCP: never id, _meta
+        fp = self.session.fingerprint(request.method, url, body_out)  # MCP: never the JSON-RPC id, _meta, session
         return dict(
             crawl_id=self.crawl_id,
             config_id=self.config_id,

@@ -15,6 +15,7 @@ re-opened once; a second expiry in a row is a failure.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,6 +25,31 @@ from engines.base import EngineParseError
 from engines.mcpwire import CLIENT_INFO, HANDSHAKE, OFFER, STATELESS, McpState, rpc_message
 
 _NO_ANSWER = Outcome(ANSWERS, [], None)  # a preamble exchange: parsed, answers nothing
+
+
+class PlainSession:
+    """What the fetcher asks of a session, for an engine without one: nothing to open."""
+
+    def __init__(self, fetcher: Any) -> None:
+        self.adapter = fetcher.adapter
+
+    async def ready(self, attempt: int) -> None:
+        return None
+
+    async def check_expired(self, texts: list[str], exchange: dict[str, Any]) -> None:
+        return None
+
+    def build_request(self, texts: list[str]):
+        return self.adapter.build_request(texts)
+
+    def fingerprint(self, method: str, url: str, body: bytes | None) -> str:
+        """The request's cache fingerprint: method, URL (redacted) and body bytes."""
+        return hashlib.sha256(b"\0".join([method.encode(), url.encode(), body or b""])).hexdigest()
+
+
+def session_for(fetcher: Any):
+    """An :class:`McpSession` for an MCP adapter (it has ``build_call``), else a :class:`PlainSession`."""
+    return McpSession(fetcher) if hasattr(fetcher.adapter, "build_call") else PlainSession(fetcher)
 
 
 class McpFailure(EngineBroken):
