@@ -23,8 +23,10 @@ def how_to_get(ref: dict[str, Any], bundle: str | Path) -> str:
                 f"verify finds it), then `engines verify {_q(bundle)}`; or `engines verify {_q(bundle)} "
                 "--corpus FILE`")
     if src:
-        path = Path(src).expanduser()
-        file = path.resolve() if path.is_absolute() or path.exists() else Path("/path/to") / path.name
+        path = Path(src).expanduser()  # a claim names the file, not the publisher's directories
+        near = [path] if path.is_absolute() else [Path.cwd() / path, bundle.parent / path.name]
+        found = next((c for c in near if c.is_file()), None)
+        file = found.resolve() if found is not None else Path("/path/to") / path.name
         return f"`engines verify {_q(bundle)} --corpus {_q(file)}` (the file was published from {src})"
     return f"`engines verify {_q(bundle)} --corpus FILE`"
 

@@ -57,6 +57,21 @@ def _du(d: Path) -> int:
     return total
 
 
+def _child_hwm(pid: int) -> int:
+    """The child's peak resident bytes (VmHWM), once it runs its own program: getrusage's
+    ru_maxrss keeps the peak of the forked test process, which after a thousand tests is
+    itself over a gigabyte; VmHWM starts again at exec."""
+    try:
+        if Path(f"/proc/{pid}/cmdline").read_bytes() == Path("/proc/self/cmdline").read_bytes():
+            return 0  # not yet exec'd: still the test process's copy
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def engines(*args: Any, tmpdir: Path | None = None, timeout: float = 120, on_start: Callable | None = None,
             code: str | None = None) -> Ran:
     """``engines ARGS`` as a process (this tree first on the path), measured; ``code``: a
@@ -74,28 +89,31 @@ def engines(*args: Any, tmpdir: Path | None = None, timeout: float = 120, on_sta
         timer = threading.Timer(timeout, lambda: os.killpg(p.pid, signal.SIGKILL))
         timer.start()
         peak = [0]
+        hwm = [0]
         stop = threading.Event()
 
         def watch() -> None:
             while not stop.wait(0.05):
-                peak[0] = max(peak[0], _du(tmpdir))
+                if tmpdir is not None:
+                    peak[0] = max(peak[0], _du(tmpdir))
+                hwm[0] = max(hwm[0], _child_hwm(p.pid))
 
-        watcher = threading.Thread(target=watch, daemon=True) if tmpdir is not None else None
-        if watcher:
-            watcher.start()
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
         if on_start is not None:
             on_start(p)
+        os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped: its last high-water mark
+        hwm[0] = max(hwm[0], _child_hwm(p.pid))
         _, status, ru = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.monotonic() - t0
         timer.cancel()
         stop.set()
-        if watcher:
-            watcher.join()
+        watcher.join()
         o.seek(0)
         e.seek(0)
         return Ran(p.returncode, o.read().decode(errors="replace"), e.read().decode(errors="replace"), seconds,
-                   ru.ru_maxrss * 1024, peak[0])
+                   hwm[0] or ru.ru_maxrss * 1024, peak[0])
 
 
 def one_line(r: Ran) -> str:
