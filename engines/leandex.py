@@ -42,6 +42,7 @@ class LeanDexAdapter(RemoteAdapter):
     display_name = "LeanDex"
     summary = "LeanDex (Project Numina): hybrid retrieval over Mathlib, LLM stages off, answered as an SSE stream."
     stand_in = "engines.emulate.leandex:LeanDexAPI"
+    transport = "sse"
     accepts = (EVENT_STREAM,)
     endpoint_version = "get-api-v1-search-sse-nollm"
     parser_version = 1

@@ -89,7 +89,7 @@ class McpAdapter(RemoteAdapter):
     """An engine served as an MCP tool; subclasses declare :attr:`tool` and the hooks
     :meth:`arguments` (query text → arguments) and :meth:`items` (structuredContent → items)."""
 
-    transport = "http"
+    transport = "mcp"
     accepts = ("application/json", "text/event-stream")
     tool: str = ""  # the tool called with tools/call
     query_key: str = "query"  # the argument carrying the query text

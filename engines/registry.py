@@ -28,7 +28,10 @@ from engines.theoremsearch import TheoremSearchAdapter
 from store.errors import InputError
 
 ENGINES: dict[str, type[RemoteAdapter]] = {}
-TRANSPORTS = ("http",)  # how the crawler can reach an engine
+# How the crawler reaches an engine (what `engines list` shows): "http" a JSON request and
+# body, "sse" an HTTP request answered as a Server-Sent-Events stream (engines.sse), "mcp" a
+# tools/call over MCP's streamable HTTP (engines.mcpwire; crawler.mcp_session).
+TRANSPORTS = ("http", "sse", "mcp")
 
 
 def register(cls: type[RemoteAdapter]) -> type[RemoteAdapter]:
