@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from store.db import open_database
 from store.models import Answer, Benchmark, EngineConfig, Hit, Query
+from tests.support.conventions import _error, _ok
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "byo"
 
@@ -39,20 +40,6 @@ def sqlite_cli(sqlite_url):
 
     _run.url = sqlite_url
     return _run
-
-
-def _ok(res):
-    assert res.exit_code == 0, res.output
-    return res
-
-
-def _error(res, *needles):
-    assert res.exit_code != 0
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 def _count(url, model, *where):

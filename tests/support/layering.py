@@ -24,6 +24,16 @@ MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
 
+
+def from_module(node: ast.ImportFrom, name: str, is_pkg: bool) -> str:
+    """The absolute module a ``from … import`` in module ``name`` reads (relative levels resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = name.split(".")
+    base = base if is_pkg else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
 def modules(root: Path) -> dict[str, Path]:
     """Every module of the package code: dotted name -> path."""
     found = {}
@@ -49,13 +59,7 @@ def imported_names(path: Path, name: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             out.extend((node.lineno, a.name) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".")
-                base = base if is_pkg else base[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = from_module(node, name, is_pkg)
             out.append((node.lineno, mod))
             # ``from pkg import module`` imports a module too
             out.extend((node.lineno, f"{mod}.{a.name}") for a in node.names)
@@ -180,13 +184,7 @@ def private_imports(root: Path) -> list[str]:
                     else:
                         bound[a.name.split(".")[0]] = a.name.split(".")[0]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = name.split(".")
-                    base = base if is_pkg else base[:-1]
-                    base = base[: len(base) - (node.level - 1)]
-                    mod = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    mod = node.module or ""
+                mod = from_module(node, name, is_pkg)
                 for a in node.names:
                     if f"{mod}.{a.name}" in mods:
                         bound[a.asname or a.name] = f"{mod}.{a.name}"
